@@ -1,0 +1,443 @@
+//! The wire protocol between the hook (`libgpushare.so`, inside each CUDA process) and
+//! `gpushared`, over the Unix socket `gpushare.sock`.
+//!
+//! One definition, used by both sides. It depends on `std` alone so that the hook stays small.
+//!
+//! Every message is a frame: a little-endian `u32` payload length (1..=[`MAX_FRAME`]) and the
+//! payload, whose first byte is the message tag. Integers are little-endian; a string is a `u16`
+//! byte length and UTF-8 bytes.
+//!
+//! The client speaks first with [`Request::Hello`] and gets [`Reply::Welcome`] or
+//! [`Reply::Error`]. After that every request gets exactly one reply in order, except
+//! [`Request::Release`] and [`Request::Unreserve`], which get none. The reply to
+//! [`Request::Acquire`] ([`Reply::Grant`]) comes when the scheduler gives this process the token,
+//! which may be much later. The daemon never trusts what a client says about who it is: identity
+//! comes from the socket's peer credentials.
+
+use std::fmt;
+
+/// Bumped on any incompatible change of the messages below.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest payload a frame may carry.
+pub const MAX_FRAME: usize = 4096;
+/// Longest client name.
+pub const MAX_NAME: usize = 128;
+/// Default directory of the socket; `GPUSHARE_SOCKET` (a path) overrides it in clients.
+pub const DEFAULT_SOCKET_DIR: &str = "/run/gpushare";
+/// File name of the socket inside the socket directory.
+pub const SOCKET_NAME: &str = "gpushare.sock";
+/// `memory_cap` value meaning "no cap".
+pub const NO_CAP: u64 = u64::MAX;
+
+/// What a client process asks of the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// First message. `client` names the client entry to attach as; empty means "the default
+    /// entry for my user".
+    Hello { version: u32, client: String },
+    /// Ask for the GPU token. Answered by [`Reply::Grant`] when it is this process's turn.
+    Acquire,
+    /// Give the token back. `gpu_ns` is the GPU busy time the hook measured during the lease.
+    /// No reply.
+    Release { gpu_ns: u64 },
+    /// Count `bytes` of device memory against the client's cap before allocating them.
+    /// Answered by [`Reply::Reserved`] or [`Reply::OverCap`].
+    Reserve { bytes: u64 },
+    /// Memory counted by an earlier `Reserve` was freed (or its allocation failed). No reply.
+    Unreserve { bytes: u64 },
+}
+
+/// What the daemon answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The process is attached as `client`.
+    Welcome {
+        client: String,
+        /// Device memory cap of the client in bytes, [`NO_CAP`] for none.
+        memory_cap: u64,
+        /// Length of a full lease; the hook uses it to size its bookkeeping.
+        quantum_ns: u64,
+        /// `CUDA_MPS_PIPE_DIRECTORY` to use, empty when MPS is not in use.
+        mps_pipe_dir: String,
+        /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for this client, 0 for unset.
+        mps_thread_percentage: u32,
+        /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` in bytes for this client, 0 for unset.
+        mps_pinned_mem_limit: u64,
+    },
+    /// The token is this process's for `lease_ns` nanoseconds from now.
+    Grant { lease_ns: u64 },
+    /// The reservation was counted; `used` is the client's total afterwards.
+    Reserved { used: u64 },
+    /// The reservation would pass the cap; nothing was counted.
+    OverCap { used: u64, cap: u64 },
+    /// The request was refused; the daemon closes the connection after this for codes other than
+    /// [`ErrorCode::Refused`].
+    Error { code: ErrorCode, message: String },
+}
+
+/// Why the daemon refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The peer's uid and groups may not attach as the client it named.
+    NotAllowed,
+    /// No such client.
+    UnknownClient,
+    /// The message could not be decoded or came out of order.
+    BadMessage,
+    /// The client speaks another protocol version.
+    VersionMismatch,
+    /// A request that was understood but cannot be served now.
+    Refused,
+    /// A code this build does not know.
+    Other(u32),
+}
+
+impl ErrorCode {
+    pub fn to_u32(self) -> u32 {
+        match self {
+            ErrorCode::NotAllowed => 1,
+            ErrorCode::UnknownClient => 2,
+            ErrorCode::BadMessage => 3,
+            ErrorCode::VersionMismatch => 4,
+            ErrorCode::Refused => 5,
+            ErrorCode::Other(n) => n,
+        }
+    }
+    pub fn from_u32(n: u32) -> Self {
+        match n {
+            1 => ErrorCode::NotAllowed,
+            2 => ErrorCode::UnknownClient,
+            3 => ErrorCode::BadMessage,
+            4 => ErrorCode::VersionMismatch,
+            5 => ErrorCode::Refused,
+            n => ErrorCode::Other(n),
+        }
+    }
+}
+
+/// Why a payload could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    Empty,
+    UnknownTag(u8),
+    Truncated,
+    TrailingBytes,
+    BadUtf8,
+    TooLong,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Empty => write!(f, "empty message"),
+            DecodeError::UnknownTag(t) => write!(f, "unknown message tag {t}"),
+            DecodeError::Truncated => write!(f, "message is truncated"),
+            DecodeError::TrailingBytes => write!(f, "message has trailing bytes"),
+            DecodeError::BadUtf8 => write!(f, "string is not UTF-8"),
+            DecodeError::TooLong => write!(f, "message is longer than {MAX_FRAME} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Checks a frame header and returns the payload length it announces.
+pub fn frame_len(header: [u8; 4]) -> Result<usize, DecodeError> {
+    let n = u32::from_le_bytes(header) as usize;
+    if n == 0 {
+        Err(DecodeError::Empty)
+    } else if n > MAX_FRAME {
+        Err(DecodeError::TooLong)
+    } else {
+        Ok(n)
+    }
+}
+
+/// One encoded frame (header and payload) in a fixed buffer, built without touching the heap.
+pub struct Frame {
+    buf: [u8; MAX_FRAME + 4],
+    len: usize,
+    overflow: bool,
+}
+
+impl Frame {
+    fn new(tag: u8) -> Self {
+        let mut w = Frame { buf: [0; MAX_FRAME + 4], len: 4, overflow: false };
+        w.put(&[tag]);
+        w
+    }
+    fn put(&mut self, bytes: &[u8]) {
+        if self.len + bytes.len() > self.buf.len() {
+            self.overflow = true;
+            return;
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+    fn u32(&mut self, v: u32) {
+        self.put(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.put(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        let b = s.as_bytes();
+        let n = b.len().min(u16::MAX as usize);
+        self.put(&(n as u16).to_le_bytes());
+        self.put(&b[..n]);
+    }
+    fn finish(mut self) -> Result<Frame, DecodeError> {
+        if self.overflow {
+            return Err(DecodeError::TooLong);
+        }
+        let payload = (self.len - 4) as u32;
+        self.buf[..4].copy_from_slice(&payload.to_le_bytes());
+        Ok(self)
+    }
+    /// The bytes to send: the length header and the payload.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.rest.len() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or([0; 4])))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or([0; 8])))
+    }
+    fn str(&mut self) -> Result<String, DecodeError> {
+        let n = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or([0; 2])) as usize;
+        let b = self.take(n)?;
+        std::str::from_utf8(b).map(str::to_owned).map_err(|_| DecodeError::BadUtf8)
+    }
+    fn end<T>(self, v: T) -> Result<T, DecodeError> {
+        if self.rest.is_empty() {
+            Ok(v)
+        } else {
+            Err(DecodeError::TrailingBytes)
+        }
+    }
+}
+
+fn split_tag(payload: &[u8]) -> Result<(u8, Reader<'_>), DecodeError> {
+    match payload.split_first() {
+        Some((tag, rest)) => Ok((*tag, Reader { rest })),
+        None => Err(DecodeError::Empty),
+    }
+}
+
+impl Request {
+    /// Encodes the request as a whole frame.
+    pub fn encode(&self) -> Result<Frame, DecodeError> {
+        let mut f = Frame::new(match self {
+            Request::Hello { .. } => 1,
+            Request::Acquire => 2,
+            Request::Release { .. } => 3,
+            Request::Reserve { .. } => 4,
+            Request::Unreserve { .. } => 5,
+        });
+        match self {
+            Request::Hello { version, client } => {
+                f.u32(*version);
+                f.str(client);
+            }
+            Request::Acquire => {}
+            Request::Release { gpu_ns } => f.u64(*gpu_ns),
+            Request::Reserve { bytes } | Request::Unreserve { bytes } => f.u64(*bytes),
+        }
+        f.finish()
+    }
+
+    /// Encodes into a fresh vector (for callers that do not mind allocating).
+    pub fn to_frame(&self) -> Result<Vec<u8>, DecodeError> {
+        self.encode().map(|f| f.as_bytes().to_vec())
+    }
+
+    /// Decodes a payload (the frame without its length header).
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let (tag, mut r) = split_tag(payload)?;
+        let v = match tag {
+            1 => {
+                let version = r.u32()?;
+                let client = r.str()?;
+                if client.len() > MAX_NAME {
+                    return Err(DecodeError::TooLong);
+                }
+                Request::Hello { version, client }
+            }
+            2 => Request::Acquire,
+            3 => Request::Release { gpu_ns: r.u64()? },
+            4 => Request::Reserve { bytes: r.u64()? },
+            5 => Request::Unreserve { bytes: r.u64()? },
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        r.end(v)
+    }
+}
+
+impl Reply {
+    /// Encodes the reply as a whole frame.
+    pub fn encode(&self) -> Result<Frame, DecodeError> {
+        let mut f = Frame::new(match self {
+            Reply::Welcome { .. } => 1,
+            Reply::Grant { .. } => 2,
+            Reply::Reserved { .. } => 3,
+            Reply::OverCap { .. } => 4,
+            Reply::Error { .. } => 5,
+        });
+        match self {
+            Reply::Welcome {
+                client,
+                memory_cap,
+                quantum_ns,
+                mps_pipe_dir,
+                mps_thread_percentage,
+                mps_pinned_mem_limit,
+            } => {
+                f.str(client);
+                f.u64(*memory_cap);
+                f.u64(*quantum_ns);
+                f.str(mps_pipe_dir);
+                f.u32(*mps_thread_percentage);
+                f.u64(*mps_pinned_mem_limit);
+            }
+            Reply::Grant { lease_ns } => f.u64(*lease_ns),
+            Reply::Reserved { used } => f.u64(*used),
+            Reply::OverCap { used, cap } => {
+                f.u64(*used);
+                f.u64(*cap);
+            }
+            Reply::Error { code, message } => {
+                f.u32(code.to_u32());
+                f.str(message);
+            }
+        }
+        f.finish()
+    }
+
+    /// Encodes into a fresh vector (for callers that do not mind allocating).
+    pub fn to_frame(&self) -> Result<Vec<u8>, DecodeError> {
+        self.encode().map(|f| f.as_bytes().to_vec())
+    }
+
+    /// Decodes a payload (the frame without its length header).
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let (tag, mut r) = split_tag(payload)?;
+        let v = match tag {
+            1 => Reply::Welcome {
+                client: r.str()?,
+                memory_cap: r.u64()?,
+                quantum_ns: r.u64()?,
+                mps_pipe_dir: r.str()?,
+                mps_thread_percentage: r.u32()?,
+                mps_pinned_mem_limit: r.u64()?,
+            },
+            2 => Reply::Grant { lease_ns: r.u64()? },
+            3 => Reply::Reserved { used: r.u64()? },
+            4 => Reply::OverCap { used: r.u64()?, cap: r.u64()? },
+            5 => Reply::Error { code: ErrorCode::from_u32(r.u32()?), message: r.str()? },
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        r.end(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(frame: &[u8]) -> &[u8] {
+        let n = frame_len(frame[..4].try_into().unwrap()).unwrap();
+        assert_eq!(n, frame.len() - 4);
+        &frame[4..]
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        for r in [
+            Request::Hello { version: PROTOCOL_VERSION, client: "train".into() },
+            Request::Hello { version: 7, client: String::new() },
+            Request::Acquire,
+            Request::Release { gpu_ns: 123_456_789 },
+            Request::Reserve { bytes: 8 << 30 },
+            Request::Unreserve { bytes: u64::MAX },
+        ] {
+            let f = r.to_frame().unwrap();
+            assert_eq!(Request::decode(payload(&f)).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        for r in [
+            Reply::Welcome {
+                client: "alice".into(),
+                memory_cap: NO_CAP,
+                quantum_ns: 20_000_000,
+                mps_pipe_dir: "/run/gpushare/mps".into(),
+                mps_thread_percentage: 30,
+                mps_pinned_mem_limit: 4 << 30,
+            },
+            Reply::Grant { lease_ns: 5 },
+            Reply::Reserved { used: 1 },
+            Reply::OverCap { used: 2, cap: 3 },
+            Reply::Error { code: ErrorCode::NotAllowed, message: "no".into() },
+            Reply::Error { code: ErrorCode::Other(99), message: String::new() },
+        ] {
+            let f = r.to_frame().unwrap();
+            assert_eq!(Reply::decode(payload(&f)).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn malformed_payloads_are_rejected() {
+        assert_eq!(Request::decode(&[]), Err(DecodeError::Empty));
+        assert_eq!(Request::decode(&[0]), Err(DecodeError::UnknownTag(0)));
+        assert_eq!(Request::decode(&[3, 1, 2]), Err(DecodeError::Truncated));
+        assert_eq!(Request::decode(&[2, 0]), Err(DecodeError::TrailingBytes));
+        assert_eq!(Request::decode(&[1, 1, 0, 0, 0, 2, 0, 0xff, 0xfe]), Err(DecodeError::BadUtf8));
+        let long = "x".repeat(MAX_NAME + 1);
+        let f = Request::Hello { version: 1, client: long }.to_frame().unwrap();
+        assert_eq!(Request::decode(&f[4..]), Err(DecodeError::TooLong));
+        assert_eq!(frame_len(0u32.to_le_bytes()), Err(DecodeError::Empty));
+        assert_eq!(frame_len(((MAX_FRAME + 1) as u32).to_le_bytes()), Err(DecodeError::TooLong));
+    }
+
+    #[test]
+    fn oversized_messages_do_not_encode() {
+        let big = "x".repeat(MAX_FRAME);
+        let r = Reply::Error { code: ErrorCode::Refused, message: big };
+        assert_eq!(r.to_frame(), Err(DecodeError::TooLong));
+    }
+
+    #[test]
+    fn every_prefix_of_a_frame_fails_cleanly() {
+        let f = Reply::Welcome {
+            client: "c".into(),
+            memory_cap: 1,
+            quantum_ns: 2,
+            mps_pipe_dir: "/p".into(),
+            mps_thread_percentage: 3,
+            mps_pinned_mem_limit: 4,
+        }
+        .to_frame()
+        .unwrap();
+        for cut in 0..f.len() - 4 {
+            assert!(Reply::decode(&f[4..4 + cut]).is_err(), "prefix {cut} decoded");
+        }
+    }
+}
