@@ -1,1 +1,11 @@
+//! gpushare: share one NVIDIA GPU fairly between processes and users.
+//!
+//! The wire protocol between the hook and the daemon is always built; everything else belongs to
+//! the daemon and the CLI (feature `daemon`).
+
 pub mod protocol;
+
+#[cfg(feature = "daemon")]
+pub mod config;
+#[cfg(feature = "daemon")]
+pub mod units;
