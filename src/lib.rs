@@ -8,4 +8,6 @@ pub mod protocol;
 #[cfg(feature = "daemon")]
 pub mod config;
 #[cfg(feature = "daemon")]
+pub mod gpu;
+#[cfg(feature = "daemon")]
 pub mod units;
