@@ -8,4 +8,6 @@ pub mod protocol;
 #[cfg(feature = "daemon")]
 pub mod config;
 #[cfg(feature = "daemon")]
+pub mod scheduler;
+#[cfg(feature = "daemon")]
 pub mod units;
