@@ -6,8 +6,18 @@
 pub mod protocol;
 
 #[cfg(feature = "daemon")]
+pub mod bus;
+#[cfg(feature = "daemon")]
+pub mod cli;
+#[cfg(feature = "daemon")]
 pub mod config;
 #[cfg(feature = "daemon")]
+pub mod daemon;
+#[cfg(feature = "daemon")]
 pub mod gpu;
+#[cfg(feature = "daemon")]
+pub mod logging;
+#[cfg(feature = "daemon")]
+pub mod scheduler;
 #[cfg(feature = "daemon")]
 pub mod units;
