@@ -99,9 +99,10 @@ control_pid() { # the nvidia-cuda-mps-control child of gpushared
     local p
     [ -n "$DPID" ] || return 1
     for p in $(pgrep -P "$DPID"); do
-        case "$(readlink "/proc/$p/exe" 2>/dev/null)" in
-        */nvidia-cuda-mps-control) echo "$p"; return 0 ;;
-        esac
+        if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q 'nvidia-cuda-mps-control -f'; then
+            echo "$p"
+            return 0
+        fi
     done
     return 1
 }
@@ -342,8 +343,7 @@ if [ -n "$old" ]; then
     t0=$SECONDS
     wait_until 15 new_control
     new=$(control_pid)
-    wait_until 5 test -e "$PIPE/control"
-    served=$(mps_ctl get_server_list >/dev/null && echo true || echo false)
+    served=$(wait_until 10 mps_ctl get_server_list && echo true || echo false)
     check mps_restarted "$([ -n "$new" ] && [ "$new" != "$old" ] && [ "$served" = true ] && echo true || echo false)" \
         old_pid=$old new_pid="${new:-null}" seconds=$((SECONDS - t0)) answers=$served \
         log_line="$(grep -i "mps.*died\|restart" "$DLOG" | tail -1)"
@@ -357,7 +357,7 @@ t0=$SECONDS
 wait_until 30 bash -c "! kill -0 $DPID 2>/dev/null"
 stopped=$?
 left=$(our_mps_processes | tr '\n' ' ')
-check stop_quits_mps "$([ $stopped = 0 ] && [ -z "$left" ] && echo true || echo false)" \
-    seconds=$((SECONDS - t0)) mps_processes_left="${left:-none}" \
-    quit_seen="$(grep -c "MPS control daemon stopped" "$DLOG")"
+quit_seen=$(grep -c "MPS control daemon stopped" "$DLOG")
+check stop_quits_mps "$([ $stopped = 0 ] && [ -z "$left" ] && [ "$quit_seen" -ge 1 ] && echo true || echo false)" \
+    seconds=$((SECONDS - t0)) mps_processes_left="${left:-none}" quit_seen="$quit_seen"
 DPID=
