@@ -343,7 +343,7 @@ if [ -n "$old" ]; then
     t0=$SECONDS
     wait_until 15 new_control
     new=$(control_pid)
-    served=$(wait_until 10 mps_ctl get_server_list && echo true || echo false)
+    served=$(wait_until 10 mps_ctl get_server_list >/dev/null && echo true || echo false)
     check mps_restarted "$([ -n "$new" ] && [ "$new" != "$old" ] && [ "$served" = true ] && echo true || echo false)" \
         old_pid=$old new_pid="${new:-null}" seconds=$((SECONDS - t0)) answers=$served \
         log_line="$(grep -i "mps.*died\|restart" "$DLOG" | tail -1)"
