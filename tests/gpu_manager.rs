@@ -221,9 +221,68 @@ async fn compute_mode_is_set_at_start_and_restored_at_stop() {
         GpuEvent::MpsStarted
     ));
 
+    let record = rig.pipe_dir().join("gpushare-compute-modes");
+    let noted = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        noted.contains("GPU-fa4e0000-0000-0000-0000-000000000001 Prohibited"),
+        "{noted}"
+    );
+    let reader = gpu.device_reader();
+    let from_blocking = tokio::task::spawn_blocking(move || reader()).await.unwrap();
+    assert_eq!(from_blocking.len(), 2);
+
     gpu.stop().await;
     assert_eq!(rig.mode(0), 0, "device 0 back to Default");
     assert_eq!(rig.mode(1), 2, "device 1 back to Prohibited");
+    assert!(!record.exists(), "nothing left to restore");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_left_by_a_crashed_run_is_restored_to_the_recorded_one() {
+    let rig = Rig::new("count 2\nmode 0 3\nmode 1 3\n");
+    std::fs::create_dir_all(rig.pipe_dir()).unwrap();
+    std::fs::write(
+        rig.pipe_dir().join("gpushare-compute-modes"),
+        "GPU-fa4e0000-0000-0000-0000-000000000000 Default\n",
+    )
+    .unwrap();
+    let gpu = rig.start(&rig.config()).await.unwrap();
+    let devices = gpu.devices();
+    assert_eq!(devices[0].original_compute_mode, "Default");
+    assert_eq!(devices[1].original_compute_mode, "Exclusive_Process");
+    gpu.stop().await;
+    assert_eq!(rig.mode(0), 0, "the recorded mode");
+    assert_eq!(rig.mode(1), 3, "no record: as found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leftover_control_daemon_on_our_pipe_dir_is_asked_to_quit() {
+    let mut rig = Rig::new("count 1\n");
+    std::fs::create_dir_all(rig.pipe_dir()).unwrap();
+    let mut leftover = Command::new(FAKE_CONTROL)
+        .arg("-f")
+        .env("CUDA_MPS_PIPE_DIRECTORY", rig.pipe_dir())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let old = rig.wait_control_pid().await;
+    assert_eq!(old, leftover.id() as i32);
+
+    let gpu = rig.start(&rig.config()).await.unwrap();
+    assert!(leftover.wait().unwrap().success(), "the leftover quit");
+    assert_eq!(
+        rig.next_event(Duration::from_secs(5)).await,
+        GpuEvent::MpsStarted
+    );
+    let ours = wait_for(Duration::from_secs(5), || {
+        rig.control_pid().filter(|&p| p != old && alive(p))
+    })
+    .await;
+    assert_eq!(rig.mps_file("fake-control.commands"), "quit\n");
+    let status = gpu.mps_status_reader()();
+    assert!(status.running && status.restarts == 0, "{status:?}");
+    gpu.stop().await;
+    assert!(!alive(ours));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -93,6 +93,8 @@ pub struct GpuManager {
     mps: Option<MpsSupervisor>,
     mps_pipe_dir: Option<PathBuf>,
     scanner: Option<JoinHandle<()>>,
+    /// Where the compute modes to restore are noted, when we change them.
+    record: Option<PathBuf>,
 }
 
 impl GpuManager {
@@ -114,11 +116,36 @@ impl GpuManager {
         events: mpsc::UnboundedSender<GpuEvent>,
         options: GpuOptions,
     ) -> anyhow::Result<GpuManager> {
+        let sets_mode = cfg.nvml && cfg.set_compute_mode && cfg.mps;
+        if cfg.nvml && cfg.set_compute_mode && !cfg.mps {
+            tracing::info!(
+                "gpu.set_compute_mode applies only with gpu.mps = true (without MPS, \
+                 Exclusive_Process would let a single process use the GPU); compute modes left as they are"
+            );
+        }
+        // The compute-mode record lives in the pipe directory: gone at reboot, like the modes.
+        let record = sets_mode.then(|| cfg.mps_pipe_dir.join(nvml::COMPUTE_MODE_RECORD));
+        let mps_env = cfg.mps.then(|| MpsEnv {
+            control: cfg.mps_control.clone(),
+            pipe_dir: cfg.mps_pipe_dir.clone(),
+            log_dir: cfg.mps_log_dir.clone(),
+            visible_devices: None,
+        });
+        if let Some(env) = &mps_env {
+            env.prepare_dirs()
+                .context("cannot start MPS (gpu.mps = true)")?;
+        }
+
         let nvml = if cfg.nvml {
             let library = cfg.nvml_library.clone();
             let indices = cfg.devices.clone();
+            let adopt = record.clone();
             let devices = tokio::task::spawn_blocking(move || {
-                NvmlDevices::open(library.as_deref(), &indices)
+                let mut devices = NvmlDevices::open(library.as_deref(), &indices)?;
+                if let Some(record) = adopt {
+                    devices.adopt_record(&record);
+                }
+                anyhow::Ok(devices)
             })
             .await
             .context("NVML start-up panicked")??;
@@ -126,22 +153,28 @@ impl GpuManager {
         } else {
             None
         };
-
-        if cfg.set_compute_mode && cfg.mps {
-            if let Some(n) = &nvml {
-                let n = n.clone();
-                tokio::task::spawn_blocking(move || n.set_exclusive_process()).await?;
+        let restore = {
+            let nvml = nvml.clone();
+            let record = record.clone();
+            move || {
+                if let Some(n) = nvml {
+                    n.restore_compute_modes(record.as_deref());
+                }
             }
-        } else if cfg.set_compute_mode && nvml.is_some() {
-            tracing::info!(
-                "gpu.set_compute_mode applies only with gpu.mps = true (without MPS, \
-                 Exclusive_Process would let a single process use the GPU); compute modes left as they are"
-            );
+        };
+
+        if sets_mode {
+            if let Some(n) = nvml.clone() {
+                let record = record.clone();
+                tokio::task::spawn_blocking(move || n.set_exclusive_process(record.as_deref()))
+                    .await?;
+            }
         }
 
         let mut mps = None;
-        if cfg.mps {
-            let visible_devices = match (&nvml, cfg.devices.is_empty()) {
+        if let Some(mut env) = mps_env {
+            // By UUID when NVML knows them: CUDA may number devices differently.
+            env.visible_devices = match (&nvml, cfg.devices.is_empty()) {
                 (_, true) => None,
                 (Some(n), false) => Some(n.uuids().join(",")),
                 (None, false) => Some(
@@ -152,25 +185,11 @@ impl GpuManager {
                         .join(","),
                 ),
             };
-            let env = MpsEnv {
-                control: cfg.mps_control.clone(),
-                pipe_dir: cfg.mps_pipe_dir.clone(),
-                log_dir: cfg.mps_log_dir.clone(),
-                visible_devices,
-            };
-            let restore = nvml.clone();
-            let on_give_up: Box<dyn FnOnce() + Send> = Box::new(move || {
-                if let Some(n) = restore {
-                    n.restore_compute_modes();
-                }
-            });
-            match MpsSupervisor::start(env, options.mps.clone(), events.clone(), on_give_up) {
+            let on_give_up: Box<dyn FnOnce() + Send> = Box::new(restore.clone());
+            match MpsSupervisor::start(env, options.mps.clone(), events.clone(), on_give_up).await {
                 Ok(s) => mps = Some(s),
                 Err(e) => {
-                    if let Some(n) = nvml.clone() {
-                        let _ =
-                            tokio::task::spawn_blocking(move || n.restore_compute_modes()).await;
-                    }
+                    let _ = tokio::task::spawn_blocking(restore).await;
                     return Err(e.context("cannot start MPS (gpu.mps = true)"));
                 }
             }
@@ -198,6 +217,7 @@ impl GpuManager {
             mps_pipe_dir: cfg.mps.then(|| cfg.mps_pipe_dir.clone()),
             mps,
             scanner,
+            record,
         })
     }
 
@@ -219,6 +239,20 @@ impl GpuManager {
         }
     }
 
+    /// A reader of [`devices`](Self::devices) that outlives borrows of the manager, for callers
+    /// on a blocking thread (e.g. the D-Bus `ListDevices` through `spawn_blocking`).
+    pub fn device_reader(&self) -> Arc<dyn Fn() -> Vec<DeviceInfo> + Send + Sync> {
+        let nvml = self.nvml.clone();
+        Arc::new(move || nvml.as_ref().map(|n| n.snapshot()).unwrap_or_default())
+    }
+
+    /// A reader of [`mps_status`](Self::mps_status) that outlives borrows of the manager.
+    pub fn mps_status_reader(&self) -> Arc<dyn Fn() -> MpsStatus + Send + Sync> {
+        let handle = self.mps.as_ref().map(MpsSupervisor::handle);
+        let pipe_dir = self.mps_pipe_dir.clone();
+        Arc::new(move || mps_status(handle.as_ref(), pipe_dir.as_deref()))
+    }
+
     pub async fn devices_async(&self) -> Vec<DeviceInfo> {
         match &self.nvml {
             Some(nvml) => {
@@ -232,18 +266,8 @@ impl GpuManager {
     }
 
     pub fn mps_status(&self) -> MpsStatus {
-        let state = self
-            .mps
-            .as_ref()
-            .map(|m| m.handle().state())
-            .unwrap_or_default();
-        MpsStatus {
-            enabled: self.mps.is_some(),
-            running: state.running,
-            restarts: state.restarts,
-            pipe_dir: self.mps_pipe_dir.as_ref().map(|p| p.display().to_string()),
-            last_error: state.last_error,
-        }
+        let handle = self.mps.as_ref().map(MpsSupervisor::handle);
+        mps_status(handle.as_ref(), self.mps_pipe_dir.as_deref())
     }
 
     /// The pipe directory clients must use (`CUDA_MPS_PIPE_DIRECTORY`), while MPS is enabled and
@@ -277,12 +301,24 @@ impl GpuManager {
             mps.stop().await;
         }
         if let Some(nvml) = self.nvml.take() {
+            let record = self.record.take();
             let _ = tokio::task::spawn_blocking(move || {
-                nvml.restore_compute_modes();
+                nvml.restore_compute_modes(record.as_deref());
                 drop(nvml);
             })
             .await;
         }
+    }
+}
+
+fn mps_status(handle: Option<&mps::MpsHandle>, pipe_dir: Option<&std::path::Path>) -> MpsStatus {
+    let state = handle.map(|h| h.state()).unwrap_or_default();
+    MpsStatus {
+        enabled: handle.is_some(),
+        running: state.running,
+        restarts: state.restarts,
+        pipe_dir: pipe_dir.map(|p| p.display().to_string()),
+        last_error: state.last_error,
     }
 }
 

@@ -217,13 +217,14 @@ impl MpsSupervisor {
     /// Starts the control daemon and its supervision. Fails only when the first start fails (e.g.
     /// the binary is missing); later deaths are restarted, and reported through `events`.
     /// `on_give_up` runs (blocking) when the supervisor stops restarting.
-    pub fn start(
+    pub async fn start(
         env: MpsEnv,
         timing: MpsTiming,
         events: mpsc::UnboundedSender<GpuEvent>,
         on_give_up: Box<dyn FnOnce() + Send>,
     ) -> anyhow::Result<MpsSupervisor> {
         env.prepare_dirs()?;
+        quit_leftover(&env, timing.stop_timeout).await;
         let child = env.spawn_daemon()?;
         let handle = MpsHandle {
             env: Arc::new(env),
@@ -338,6 +339,67 @@ async fn supervise(
         set(&|s| s.restarts += 1);
         next = env.spawn_daemon();
     }
+}
+
+/// A control daemon that still serves our pipe directory (left by a gpushared that could not
+/// stop) would make ours fail; ask it to quit, and end it if it does not.
+async fn quit_leftover(env: &MpsEnv, timeout: Duration) {
+    let leftovers = control_daemons_using(&env.pipe_dir);
+    if leftovers.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        "an MPS control daemon (pid {leftovers:?}) from an earlier run still serves {}; asking it to quit",
+        env.pipe_dir.display()
+    );
+    if let Err(e) = env.send("quit", timeout).await {
+        tracing::warn!("{e:#}");
+    }
+    let deadline = Instant::now() + timeout;
+    while !control_daemons_using(&env.pipe_dir).is_empty() {
+        if Instant::now() >= deadline {
+            for pid in control_daemons_using(&env.pipe_dir) {
+                tracing::warn!("MPS control daemon {pid} did not quit; killing it");
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Running `*mps-control -d|-f` processes whose CUDA_MPS_PIPE_DIRECTORY is `pipe_dir`.
+fn control_daemons_using(pipe_dir: &Path) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let want = format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe_dir.display());
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let is_daemon = args.iter().any(|a| a.ends_with(b"mps-control"))
+                && args.iter().any(|a| *a == b"-d" || *a == b"-f");
+            is_daemon
+                && fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == want.as_bytes()))
+                && !is_zombie(*pid)
+        })
+        .collect()
+}
+
+fn is_zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// `echo quit | nvidia-cuda-mps-control`, then wait for our child; kill it if it hangs.

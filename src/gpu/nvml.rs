@@ -24,6 +24,20 @@ struct Managed {
     changed: Mutex<bool>,
 }
 
+/// The file, in the MPS pipe directory, that remembers the compute modes gpushare changed, so that
+/// a gpushared started after a crash restores the modes from before, not Exclusive_Process.
+pub const COMPUTE_MODE_RECORD: &str = "gpushare-compute-modes";
+
+fn compute_mode_from_name(name: &str) -> Option<ComputeMode> {
+    Some(match name {
+        "Default" => ComputeMode::Default,
+        "Exclusive_Thread" => ComputeMode::ExclusiveThread,
+        "Prohibited" => ComputeMode::Prohibited,
+        "Exclusive_Process" => ComputeMode::ExclusiveProcess,
+        _ => return None,
+    })
+}
+
 /// The name `nvidia-smi` uses for a compute mode.
 pub fn compute_mode_name(mode: &ComputeMode) -> &'static str {
     match mode {
@@ -89,9 +103,58 @@ impl NvmlDevices {
         self.devices.iter().map(|d| d.uuid.clone()).collect()
     }
 
-    /// Sets EXCLUSIVE_PROCESS on every managed device that is not in it already. A device that
-    /// refuses (no permission, not supported) is logged and left as it is.
-    pub fn set_exclusive_process(&self) {
+    /// Takes over the record an earlier gpushared left (it stopped without restoring): a device
+    /// still in Exclusive_Process gets back the mode recorded for its UUID at stop.
+    pub fn adopt_record(&mut self, record: &Path) {
+        let Ok(text) = std::fs::read_to_string(record) else {
+            return;
+        };
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            let (Some(uuid), Some(mode)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Some(mode) = compute_mode_from_name(mode) else {
+                continue;
+            };
+            for d in self.devices.iter_mut().filter(|d| d.uuid == uuid) {
+                if d.original == ComputeMode::ExclusiveProcess && mode != d.original {
+                    tracing::warn!(
+                        device = d.index,
+                        "Exclusive_Process was left by an earlier gpushared; {} will be restored",
+                        compute_mode_name(&mode)
+                    );
+                    d.original = mode.clone();
+                    *d.changed.lock().unwrap() = true;
+                }
+            }
+        }
+    }
+
+    fn write_record(&self, record: &Path) {
+        let mut text = String::new();
+        for d in &self.devices {
+            if *d.changed.lock().unwrap() {
+                text.push_str(&format!("{} {}\n", d.uuid, compute_mode_name(&d.original)));
+            }
+        }
+        let result = if text.is_empty() {
+            std::fs::remove_file(record).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+        } else {
+            std::fs::write(record, text)
+        };
+        if let Err(e) = result {
+            tracing::warn!("cannot write {}: {e}", record.display());
+        }
+    }
+
+    /// Sets EXCLUSIVE_PROCESS on every managed device that is not in it already, and notes the
+    /// modes to restore in `record`. A device that refuses (no permission, not supported) is
+    /// logged and left as it is.
+    pub fn set_exclusive_process(&self, record: Option<&Path>) {
         for d in &self.devices {
             if d.original == ComputeMode::ExclusiveProcess {
                 continue;
@@ -116,10 +179,14 @@ impl NvmlDevices {
                 ),
             }
         }
+        if let Some(record) = record {
+            self.write_record(record);
+        }
     }
 
-    /// Puts back the compute modes changed by [`set_exclusive_process`](Self::set_exclusive_process).
-    pub fn restore_compute_modes(&self) {
+    /// Puts back the compute modes changed by [`set_exclusive_process`](Self::set_exclusive_process)
+    /// and updates `record` (removed once everything is restored).
+    pub fn restore_compute_modes(&self, record: Option<&Path>) {
         for d in &self.devices {
             let mut changed = d.changed.lock().unwrap();
             if !*changed {
@@ -144,6 +211,9 @@ impl NvmlDevices {
                     compute_mode_name(&d.original)
                 ),
             }
+        }
+        if let Some(record) = record {
+            self.write_record(record);
         }
     }
 
