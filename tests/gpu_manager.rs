@@ -118,6 +118,7 @@ impl Rig {
                 stable_after: Duration::from_secs(60),
                 stop_timeout: Duration::from_secs(5),
             },
+            mps_list_every: Some(Duration::ZERO),
         };
         GpuManager::start_with(
             cfg,

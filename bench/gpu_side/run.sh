@@ -275,7 +275,7 @@ out_of_time
 for variant in plain env; do
     job bypass_$variant $variant 100 10
     p=$JOB_PID
-    wait_until 60 grep -q '"event": "ready"' "$WORK/bypass_$variant.out"
+    wait_until 60 grep -qs '"event": "ready"' "$WORK/bypass_$variant.out"
     vpid=$(field "$WORK/bypass_$variant.out" ready pid)
     t_ready=$(field "$WORK/bypass_$variant.out" ready t)
     detected=null
@@ -310,7 +310,7 @@ if runuser -u gpsa -- "$PYTHON" -c 'import torch' 2>"$WORK/users.err"; then
     # gpsa computes for a while and holds its context; gpsb starts 1 s after gpsa is ready.
     job user_a "$HOOK_MODE" 3000 2 gpsa job
     pa=$JOB_PID
-    wait_until 60 grep -q '"event": "ready"' "$WORK/user_a.out"
+    wait_until 60 grep -qs '"event": "ready"' "$WORK/user_a.out"
     sleep 1
     job user_b "$HOOK_MODE" 200 0 gpsb job
     pb=$JOB_PID

@@ -86,6 +86,8 @@ pub enum GpuEvent {
 #[derive(Debug, Clone, Default)]
 pub struct GpuOptions {
     pub mps: MpsTiming,
+    /// How often the scan asks MPS for its clients while NVML lists processes too; `None` = 30 s.
+    pub mps_list_every: Option<Duration>,
 }
 
 pub struct GpuManager {
@@ -207,6 +209,7 @@ impl GpuManager {
                     .and_then(|n| n.indices().first().copied())
                     .or(cfg.devices.first().copied())
                     .unwrap_or(0),
+                mps_list_every: options.mps_list_every.unwrap_or(Duration::from_secs(30)),
                 events,
             };
             tokio::spawn(scanner.run())

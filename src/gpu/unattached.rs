@@ -6,7 +6,7 @@ use super::GpuEvent;
 use crate::config::UnattachedPolicy;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// The set of pids attached through the hook, asked for on every scan.
@@ -53,6 +53,10 @@ pub(crate) fn unattached(
         .collect()
 }
 
+fn process_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// True for NVIDIA's MPS control daemon and servers (`/proc/PID/comm` is cut at 15 bytes).
 fn is_mps_daemon(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -68,17 +72,29 @@ pub(crate) struct Scanner {
     pub interval: Duration,
     /// Device reported for processes only MPS knows about.
     pub mps_device: u32,
+    /// How often to ask MPS for its servers and clients while NVML lists processes too (each
+    /// question is a few lines in the control daemon's log); without NVML, every scan.
+    pub mps_list_every: Duration,
     pub events: mpsc::UnboundedSender<GpuEvent>,
+}
+
+/// The last answer of MPS: server pids and client pids.
+#[derive(Default)]
+struct MpsLists {
+    asked: Option<Instant>,
+    servers: Vec<u32>,
+    clients: Vec<u32>,
 }
 
 impl Scanner {
     pub async fn run(self) {
         let mut tracker = Tracker::default();
+        let mut mps_lists = MpsLists::default();
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let (gpu, protected) = self.gpu_processes().await;
+            let (gpu, protected) = self.gpu_processes(&mut mps_lists).await;
             let attached = (self.attached)();
             let found = tracker.update(&unattached(&gpu, &attached, &protected));
             for (device, pid) in found {
@@ -88,7 +104,7 @@ impl Scanner {
     }
 
     /// Every (device, pid) with a GPU context, and the pids never to act on.
-    async fn gpu_processes(&self) -> (Vec<(u32, u32)>, HashSet<u32>) {
+    async fn gpu_processes(&self, lists: &mut MpsLists) -> (Vec<(u32, u32)>, HashSet<u32>) {
         let mut gpu = Vec::new();
         let mut protected: HashSet<u32> = [0, 1, std::process::id()].into();
         if let Some(nvml) = &self.nvml {
@@ -103,17 +119,24 @@ impl Scanner {
             if let Some(pid) = state.pid {
                 protected.insert(pid);
             }
-            if state.running {
+            let due = self.nvml.is_none()
+                || lists
+                    .asked
+                    .is_none_or(|t| t.elapsed() >= self.mps_list_every);
+            if state.running && due {
+                lists.asked = Some(Instant::now());
                 match mps.env.servers_and_clients().await {
                     Ok((servers, clients)) => {
-                        protected.extend(servers);
-                        for pid in clients {
-                            if !gpu.iter().any(|&(_, p)| p == pid) {
-                                gpu.push((self.mps_device, pid));
-                            }
-                        }
+                        lists.servers = servers;
+                        lists.clients = clients;
                     }
                     Err(e) => tracing::debug!("cannot list MPS clients: {e:#}"),
+                }
+            }
+            protected.extend(lists.servers.iter().copied());
+            for &pid in &lists.clients {
+                if !gpu.iter().any(|&(_, p)| p == pid) && process_exists(pid) {
+                    gpu.push((self.mps_device, pid));
                 }
             }
         }
