@@ -181,7 +181,16 @@ if ! "$PYTHON" -c 'import torch; assert torch.cuda.is_available()' 2>"$WORK/torc
     check preconditions false error="$PYTHON cannot use torch with CUDA: $(tail -1 "$WORK/torch.err")"
     exit 1
 fi
-json step=preconditions hook="$HOOK" client_mode=$HOOK_MODE python="$PYTHON" size=$SIZE
+if [ -z "${NVML_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1 '; then
+    for d in "$MPS_BIN/../lib64" "$MPS_BIN/../lib" /usr/lib/x86_64-linux-gnu /usr/lib64; do
+        if [ -e "$d/libnvidia-ml.so.1" ]; then
+            NVML_LIB=$(readlink -f "$d/libnvidia-ml.so.1")
+            break
+        fi
+    done
+fi
+json step=preconditions hook="$HOOK" client_mode=$HOOK_MODE python="$PYTHON" size=$SIZE \
+    nvml_library="${NVML_LIB:-system}"
 
 cat >"$CFG" <<EOF
 [daemon]
@@ -323,6 +332,7 @@ if runuser -u gpsa -- "$PYTHON" -c 'import torch' 2>"$WORK/users.err"; then
     check two_users_serialized "${ok:-false}" client_mode=$HOOK_MODE a_exit=$a_exit b_ready=$b_ready \
         b_waited_s="$(calc "round($b_ready - $b_launch, 2)" 2>/dev/null)" \
         b_ready_after_a_exit_s="$(calc "round($b_ready - $a_exit, 2)" 2>/dev/null)" \
+        pipe_dir="$(ls -la "$PIPE" | tail -n +2 | tr -s ' ' | tr '\n' '|')" \
         errors="$(cat "$WORK"/user_*.err | grep -v '^gpushare' | tail -2 | tr '\n' '|')"
 else
     check two_users_serialized false error="user gpsa cannot import torch: $(tail -1 "$WORK/users.err")"
