@@ -347,6 +347,15 @@ async fn mps_runs_with_our_environment_and_quits_at_stop() {
         env.contains("CUDA_VISIBLE_DEVICES=GPU-fa4e0000-0000-0000-0000-000000000001\n"),
         "only the configured device, by UUID: {env}"
     );
+    let fakes = Path::new(FAKE_CONTROL)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    assert!(
+        env.contains(&format!("PATH={fakes}:")),
+        "the MPS server is found beside the control binary: {env}"
+    );
     let mode = std::fs::metadata(&pipe).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o755, "clients of all users reach the pipe directory");
     assert!(log.is_dir());

@@ -63,6 +63,16 @@ impl MpsEnv {
         let mut c = Command::new(&self.control);
         c.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
             .env("CUDA_MPS_LOG_DIRECTORY", &self.log_dir);
+        // The control daemon starts nvidia-cuda-mps-server from PATH; it lies beside the control
+        // binary, which may be outside the service's PATH (e.g. /usr/local/nvidia/bin).
+        if let Some(dir) = self.control.parent().filter(|d| d.is_absolute()) {
+            let mut path = std::ffi::OsString::from(dir);
+            if let Some(old) = std::env::var_os("PATH").filter(|p| !p.is_empty()) {
+                path.push(":");
+                path.push(old);
+            }
+            c.env("PATH", path);
+        }
         match &self.visible_devices {
             Some(v) => {
                 // NVML numbers devices in PCI bus order; make CUDA do the same.
