@@ -18,6 +18,9 @@ use std::sync::{Arc, Mutex};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{broadcast, Notify};
 
+/// How long the daemon waits for the bus before giving up at start.
+const BUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     let mut config = Config::load(&args.config)
         .map_err(anyhow::Error::msg)
