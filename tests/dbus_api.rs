@@ -275,33 +275,50 @@ fn shipped_introspection_matches_the_live_service() {
         .strip_prefix("s \"")
         .and_then(|s| s.strip_suffix('"'))
         .expect("a string reply");
-    let xml = xml.replace("\\\"", "\"").replace("\\n", "\n");
-    let live = manager_interface(&xml);
+    let xml = xml
+        .replace("\\\"", "\"")
+        .replace("\\'", "'")
+        .replace("\\n", "\n");
+    let live = interface_element(&xml, true);
     let shipped_path = concat!(env!("CARGO_MANIFEST_DIR"), "/dbus/org.gpushare1.xml");
     if std::env::var_os("UPDATE_DBUS_XML").is_some() {
         let doc = format!(
-            "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<node name=\"/org/gpushare1\">\n{live}\n</node>\n"
+            "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<node name=\"/org/gpushare1\">\n{}\n</node>\n",
+            interface_element(&xml, false)
         );
         std::fs::write(shipped_path, doc).unwrap();
     }
     let shipped = std::fs::read_to_string(shipped_path).expect("dbus/org.gpushare1.xml");
     assert_eq!(
-        manager_interface(&shipped),
+        interface_element(&shipped, true),
         live,
         "dbus/org.gpushare1.xml differs from the running service; rerun this test with UPDATE_DBUS_XML=1"
     );
 }
 
-/// The `org.gpushare1.Manager` interface element, with doc comments and blank lines dropped.
-fn manager_interface(xml: &str) -> String {
-    let start = xml
+/// The `org.gpushare1.Manager` interface element, with comments, indentation and blank lines
+/// dropped when `strip` is set.
+fn interface_element(xml: &str, strip: bool) -> String {
+    let mut text = xml.to_string();
+    while strip {
+        let Some(open) = text.find("<!--") else { break };
+        let close = open + text[open..].find("-->").expect("closed comment") + 3;
+        text.replace_range(open..close, "");
+    }
+    let start = text
         .find("<interface name=\"org.gpushare1.Manager\">")
         .expect("Manager interface");
-    let end = start + xml[start..].find("</interface>").unwrap() + "</interface>".len();
-    xml[start..end]
+    let end = start + text[start..].find("</interface>").unwrap() + "</interface>".len();
+    // the element starts after its indentation: take the whole first line
+    let start = text[..start].rfind('\n').map_or(0, |n| n + 1);
+    let element = &text[start..end];
+    if !strip {
+        return element.to_string();
+    }
+    element
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("<!--"))
+        .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join("\n")
 }

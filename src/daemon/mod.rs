@@ -62,12 +62,17 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 devices: Arc::new(Vec::new),
                 reload: reload.clone(),
             };
-            let conn = choice
+            let connect = choice
                 .builder()?
                 .name(dbus_api::BUS_NAME)?
                 .serve_at(dbus_api::OBJECT_PATH, manager)?
-                .build()
+                .build();
+            let conn = tokio::time::timeout(BUS_TIMEOUT, connect)
                 .await
+                .map_err(|_| {
+                    anyhow::anyhow!("the {choice} bus did not answer within {BUS_TIMEOUT:?}")
+                })
+                .and_then(|r| r.map_err(anyhow::Error::from))
                 .with_context(|| {
                     format!("cannot own {} on the {choice} bus", dbus_api::BUS_NAME)
                 })?;
