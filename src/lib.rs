@@ -18,6 +18,8 @@ pub mod gpu;
 #[cfg(feature = "daemon")]
 pub mod logging;
 #[cfg(feature = "daemon")]
+pub mod manpages;
+#[cfg(feature = "daemon")]
 pub mod scheduler;
 #[cfg(feature = "daemon")]
 pub mod units;
