@@ -490,7 +490,7 @@ async fn a_missing_mps_binary_fails_start_and_leaves_the_compute_mode() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_device_index_or_library_is_a_clear_error() {
+async fn a_bad_device_index_is_a_clear_error() {
     let rig = Rig::new("count 1\n");
     let mut cfg = rig.config();
     cfg.devices = vec![3];
@@ -499,11 +499,25 @@ async fn a_bad_device_index_or_library_is_a_clear_error() {
         text.contains("device 3 does not exist; NVML sees 1 device"),
         "{text}"
     );
+}
 
-    let mut cfg = rig.config();
-    cfg.nvml_library = Some(rig.path("missing/libnvidia-ml.so.1"));
-    let text = format!("{:#}", rig.start(&cfg).await.err().unwrap());
-    assert!(text.contains("cannot initialise NVML from"), "{text}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_driver_it_runs_without_nvml_and_says_why() {
+    for state in ["count 1\n", "count 1\nfail_init 1\n"] {
+        let rig = Rig::new(state);
+        let mut cfg = rig.config();
+        if !state.contains("fail_init") {
+            cfg.nvml_library = Some(rig.path("missing/libnvidia-ml.so.1"));
+        }
+        cfg.unattached = UnattachedPolicy::Kill;
+        let gpu = rig.start(&cfg).await.expect("starts without NVML");
+        assert!(gpu.devices().is_empty());
+        let why = gpu.nvml_error().expect("the reason is kept");
+        assert!(why.contains("cannot initialise NVML from"), "{why}");
+        rig.wait_control_pid().await;
+        assert!(gpu.mps_status().running, "MPS does not need NVML");
+        gpu.stop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

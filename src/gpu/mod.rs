@@ -97,11 +97,14 @@ pub struct GpuManager {
     scanner: Option<JoinHandle<()>>,
     /// Where the compute modes to restore are noted, when we change them.
     record: Option<PathBuf>,
+    /// Why NVML is not used although `gpu.nvml` asks for it.
+    nvml_error: Option<String>,
 }
 
 impl GpuManager {
-    /// Opens NVML (`cfg.nvml_library`, else the system library) and records the compute mode of
-    /// each device in `cfg.devices` (empty = all); with `cfg.set_compute_mode` and `cfg.mps` sets
+    /// Opens NVML (`cfg.nvml_library`, else the system library; if it cannot be loaded, logs why
+    /// and goes on without it) and records the compute mode of each device in `cfg.devices`
+    /// (empty = all; a missing device is an error); with `cfg.set_compute_mode` and `cfg.mps` sets
     /// them to EXCLUSIVE_PROCESS; starts and supervises the MPS control daemon when `cfg.mps`;
     /// scans for unattached GPU processes every `cfg.scan_interval` unless the policy is `allow`.
     pub async fn start(
@@ -138,20 +141,37 @@ impl GpuManager {
                 .context("cannot start MPS (gpu.mps = true)")?;
         }
 
+        let mut nvml_error = None;
         let nvml = if cfg.nvml {
             let library = cfg.nvml_library.clone();
             let indices = cfg.devices.clone();
             let adopt = record.clone();
-            let devices = tokio::task::spawn_blocking(move || {
-                let mut devices = NvmlDevices::open(library.as_deref(), &indices)?;
+            let opened = tokio::task::spawn_blocking(move || {
+                let nvml = match NvmlDevices::load(library.as_deref()) {
+                    Ok(nvml) => nvml,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let mut devices = NvmlDevices::open(nvml, &indices)?;
                 if let Some(record) = adopt {
                     devices.adopt_record(&record);
                 }
-                anyhow::Ok(devices)
+                anyhow::Ok(Ok(devices))
             })
             .await
             .context("NVML start-up panicked")??;
-            Some(Arc::new(devices))
+            match opened {
+                Ok(devices) => Some(Arc::new(devices)),
+                // No driver (a machine without GPU, a container): scheduling works without NVML.
+                Err(e) => {
+                    let e = format!("{e:#}");
+                    tracing::error!(
+                        "{e}; running without NVML: no device list, compute mode or process scan \
+                         (set gpu.nvml = false to silence this)"
+                    );
+                    nvml_error = Some(e);
+                    None
+                }
+            }
         } else {
             None
         };
@@ -221,6 +241,7 @@ impl GpuManager {
             mps,
             scanner,
             record,
+            nvml_error,
         })
     }
 
@@ -240,6 +261,11 @@ impl GpuManager {
         } else {
             nvml.snapshot()
         }
+    }
+
+    /// Why NVML could not be loaded although `gpu.nvml = true` (the daemon then runs without it).
+    pub fn nvml_error(&self) -> Option<String> {
+        self.nvml_error.clone()
     }
 
     /// A reader of [`devices`](Self::devices) that outlives borrows of the manager, for callers

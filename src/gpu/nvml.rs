@@ -49,20 +49,20 @@ pub fn compute_mode_name(mode: &ComputeMode) -> &'static str {
 }
 
 impl NvmlDevices {
-    /// Loads NVML (from `library`, else the system's `libnvidia-ml.so.1`) and records the compute
-    /// mode of each device in `indices` (empty = all).
-    pub fn open(library: Option<&Path>, indices: &[u32]) -> anyhow::Result<NvmlDevices> {
+    /// Loads NVML from `library`, else the system's `libnvidia-ml.so.1`.
+    pub fn load(library: Option<&Path>) -> anyhow::Result<Nvml> {
         let mut builder = Nvml::builder();
         if let Some(lib) = library {
             builder.lib_path(lib.as_os_str());
         }
-        let nvml = builder.init().with_context(|| match library {
+        builder.init().with_context(|| match library {
             Some(lib) => format!("cannot initialise NVML from {}", lib.display()),
-            None => {
-                "cannot initialise NVML (libnvidia-ml.so.1); set gpu.nvml = false to run without it"
-                    .into()
-            }
-        })?;
+            None => "cannot initialise NVML (libnvidia-ml.so.1)".into(),
+        })
+    }
+
+    /// Records the compute mode of each device in `indices` (empty = all).
+    pub fn open(nvml: Nvml, indices: &[u32]) -> anyhow::Result<NvmlDevices> {
         let count = nvml
             .device_count()
             .context("NVML: cannot count the devices")?;
