@@ -1,0 +1,231 @@
+//! The token gate: a launch proceeds while this process's lease runs.
+//!
+//! Fast path (every launch): one clock read and a compare against an atomic deadline. When the
+//! lease has run out, one thread (under the gate lock) waits for the work launched during the
+//! lease, reports the GPU time to the daemon, and blocks until the next grant; the other
+//! launching threads of the process wait on the lock, since they share the token.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+use crate::clock::now_ns;
+use crate::cuda::*;
+use crate::driver::{helper, Helper};
+use crate::fork_safe::ForkSafe;
+use crate::session::{self, Attach};
+
+/// End of the current lease in `CLOCK_MONOTONIC` ns; 0 = no lease, `u64::MAX` = ungated.
+static DEADLINE: AtomicU64 = AtomicU64::new(0);
+static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
+
+/// The launch's stream, as the gate needs it.
+#[derive(Clone, Copy)]
+pub enum Stream {
+    /// A stream handle as passed to a launch; `per_thread` when the launch function is a
+    /// `_ptsz` variant, where the null stream means the thread's per-thread default stream.
+    Of { handle: CUstream, per_thread: bool },
+    /// Launches that name no single stream (multi-device cooperative launches).
+    Unknown,
+}
+
+impl Stream {
+    /// The handle that names the same stream in plain (non-`_ptsz`) driver calls.
+    fn handle(self) -> Option<CUstream> {
+        match self {
+            Stream::Of {
+                handle,
+                per_thread: true,
+            } if handle.is_null() => Some(CU_STREAM_PER_THREAD as CUstream),
+            Stream::Of { handle, .. } => Some(handle),
+            Stream::Unknown => None,
+        }
+    }
+}
+
+/// Waits, if needed, until this process may launch on `stream`.
+#[inline(always)]
+pub fn enter(stream: Stream) {
+    if now_ns() < DEADLINE.load(Relaxed) {
+        return;
+    }
+    renew(stream);
+}
+
+/// Launches pass through from now on (unmanaged).
+pub fn ungate() {
+    DEADLINE.store(u64::MAX, Release);
+}
+
+#[cold]
+#[inline(never)]
+fn renew(stream: Stream) {
+    let mut lease = GATE.lock();
+    if now_ns() < DEADLINE.load(Acquire) {
+        return; // another thread renewed it while we waited for the lock
+    }
+    if session::attach() != Attach::Managed {
+        ungate();
+        return;
+    }
+    if let Some(h) = stream.handle() {
+        if capturing(h) {
+            // Work captured into a graph runs later, when the graph is launched (gated then).
+            return;
+        }
+    }
+    if lease.holding {
+        let idle = wait_for_burst(stream.handle().unwrap_or(std::ptr::null_mut()));
+        let gpu_ns = lease.end(now_ns(), idle);
+        DEADLINE.store(0, Release);
+        session::release(gpu_ns);
+    }
+    match session::acquire() {
+        Some(lease_ns) => {
+            lease.grant(now_ns(), lease_ns);
+            DEADLINE.store(lease.deadline, Release);
+        }
+        None => ungate(),
+    }
+}
+
+/// True if `stream` is capturing (or its state cannot be read: then do not touch it either).
+fn capturing(stream: CUstream) -> bool {
+    type F = unsafe extern "C" fn(CUstream, *mut u32) -> CUresult;
+    // SAFETY: signature of cuStreamIsCapturing.
+    let Some(is_capturing) = (unsafe { helper::<F>(Helper::cuStreamIsCapturing) }) else {
+        return false;
+    };
+    let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: valid out-pointer.
+    let r = unsafe { is_capturing(stream, &mut status) };
+    r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE
+}
+
+/// Waits for the work launched on `stream` so far: one timing-off event per lease, recorded
+/// and synchronized in the relaxed capture mode (so that captures in other threads are not
+/// disturbed). Returns true if the stream was already idle.
+fn wait_for_burst(stream: CUstream) -> bool {
+    type Exchange = unsafe extern "C" fn(*mut u32) -> CUresult;
+    type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
+    type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
+    type OnEvent = unsafe extern "C" fn(CUevent) -> CUresult;
+    // SAFETY: the driver's signatures of these functions.
+    let (Some(exchange), Some(create), Some(record), Some(query), Some(sync), Some(destroy)) = (unsafe {
+        (
+            helper::<Exchange>(Helper::cuThreadExchangeStreamCaptureMode),
+            helper::<Create>(Helper::cuEventCreate),
+            helper::<Record>(Helper::cuEventRecord),
+            helper::<OnEvent>(Helper::cuEventQuery),
+            helper::<OnEvent>(Helper::cuEventSynchronize),
+            helper::<OnEvent>(Helper::cuEventDestroy_v2),
+        )
+    }) else {
+        return false;
+    };
+    let mut idle = false;
+    // SAFETY: valid out-pointers; the event is created and destroyed here.
+    unsafe {
+        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        let exchanged = exchange(&mut mode) == CUDA_SUCCESS;
+        let mut event: CUevent = std::ptr::null_mut::<c_void>();
+        if create(&mut event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS {
+            if record(event, stream) == CUDA_SUCCESS {
+                idle = query(event) == CUDA_SUCCESS;
+                if !idle {
+                    sync(event);
+                }
+            }
+            destroy(event);
+        }
+        if exchanged {
+            exchange(&mut mode);
+        }
+    }
+    idle
+}
+
+/// The lease this process holds, as the gate's bookkeeping (pure, unit-tested).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub holding: bool,
+    pub granted_at: u64,
+    pub deadline: u64,
+}
+
+impl Lease {
+    pub const NONE: Lease = Lease {
+        holding: false,
+        granted_at: 0,
+        deadline: 0,
+    };
+
+    pub fn grant(&mut self, now: u64, lease_ns: u64) {
+        *self = Lease {
+            holding: true,
+            granted_at: now,
+            deadline: now.saturating_add(lease_ns),
+        };
+    }
+
+    /// Ends the lease after its work finished at `now`; returns the GPU time to report. When
+    /// the stream was already idle the work ended at an unknown time within the lease: charge
+    /// at most the lease.
+    pub fn end(&mut self, now: u64, idle: bool) -> u64 {
+        let busy_until = if idle { now.min(self.deadline) } else { now };
+        let gpu_ns = busy_until.saturating_sub(self.granted_at);
+        *self = Lease::NONE;
+        gpu_ns
+    }
+}
+
+pub fn after_fork_in_child() {
+    DEADLINE.store(0, Release);
+    // SAFETY: called from the fork child handler.
+    unsafe { GATE.reset(Lease::NONE) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_lease_charges_until_the_work_finished() {
+        let mut l = Lease::NONE;
+        l.grant(1_000, 20_000_000);
+        assert!(l.holding);
+        assert_eq!(l.deadline, 20_001_000);
+        assert_eq!(l.end(25_001_000, false), 25_000_000);
+        assert_eq!(l, Lease::NONE);
+    }
+
+    #[test]
+    fn an_idle_lease_charges_at_most_its_length() {
+        let mut l = Lease::NONE;
+        l.grant(1_000, 20_000_000);
+        assert_eq!(l.end(5_000_000_000, true), 20_000_000);
+        l.grant(1_000, 20_000_000);
+        assert_eq!(l.end(11_000, true), 10_000);
+    }
+
+    #[test]
+    fn huge_leases_do_not_overflow() {
+        let mut l = Lease::NONE;
+        l.grant(5, u64::MAX);
+        assert_eq!(l.deadline, u64::MAX);
+    }
+
+    #[test]
+    fn per_thread_null_stream_is_named_explicitly() {
+        let s = Stream::Of {
+            handle: std::ptr::null_mut(),
+            per_thread: true,
+        };
+        assert_eq!(s.handle(), Some(CU_STREAM_PER_THREAD as CUstream));
+        let s = Stream::Of {
+            handle: std::ptr::null_mut(),
+            per_thread: false,
+        };
+        assert_eq!(s.handle(), Some(std::ptr::null_mut()));
+        assert_eq!(Stream::Unknown.handle(), None);
+    }
+}

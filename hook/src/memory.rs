@@ -1,0 +1,431 @@
+//! Allocation, free and memory-size wrappers: every device allocation is reserved with the
+//! daemon before the real call (over the cap: `CUDA_ERROR_OUT_OF_MEMORY` without calling the
+//! driver), and the size queries report the cap.
+
+use proto::protocol::NO_CAP;
+
+use crate::cuda::*;
+use crate::driver::{helper, Helper};
+use crate::fork_safe::ForkSafe;
+use crate::ledger::{self, Kind, Ledger};
+use crate::session::{self, Reservation};
+
+static LEDGER: ForkSafe<Ledger> = ForkSafe::new(Ledger::new());
+
+pub fn after_fork_in_child() {
+    // SAFETY: called from the fork child handler.
+    unsafe { LEDGER.reset(Ledger::new()) };
+}
+
+/// Reserves `bytes`, runs the allocation `f` (which returns its result and the key of what it
+/// allocated), and keeps the books. `retry` runs before one more try when the cap or the
+/// device is full (pools trim their cache there).
+fn counted(
+    kind: Kind,
+    bytes: u64,
+    retry: &dyn Fn(),
+    f: &mut dyn FnMut() -> (CUresult, u64),
+) -> CUresult {
+    if bytes == 0 {
+        return f().0;
+    }
+    let mut reservation = session::reserve(bytes);
+    if reservation == Reservation::OverCap {
+        retry();
+        reservation = session::reserve(bytes);
+    }
+    match reservation {
+        Reservation::OverCap => CUDA_ERROR_OUT_OF_MEMORY,
+        Reservation::Unmanaged => f().0,
+        Reservation::Counted => {
+            let (mut r, mut key) = f();
+            if r == CUDA_ERROR_OUT_OF_MEMORY {
+                retry();
+                (r, key) = f();
+            }
+            if r == CUDA_SUCCESS {
+                let stale = LEDGER.lock().record(kind, key, bytes);
+                session::unreserve(stale);
+            } else {
+                session::unreserve(bytes);
+            }
+            r
+        }
+    }
+}
+
+fn uncounted(kind: Kind, key: u64, r: CUresult) -> CUresult {
+    if r == CUDA_SUCCESS {
+        let bytes = LEDGER.lock().forget(kind, key);
+        session::unreserve(bytes);
+    }
+    r
+}
+
+fn no_retry() {}
+
+unsafe fn read<T: Copy + Default>(p: *const T) -> T {
+    if p.is_null() {
+        T::default()
+    } else {
+        *p
+    }
+}
+
+pub unsafe fn alloc(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+) -> CUresult {
+    counted(Kind::Pointer, bytes as u64, &no_retry, &mut || {
+        (real(dptr, bytes), read(dptr))
+    })
+}
+
+pub unsafe fn alloc_managed(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, u32) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    flags: u32,
+) -> CUresult {
+    counted(Kind::Pointer, bytes as u64, &no_retry, &mut || {
+        (real(dptr, bytes, flags), read(dptr))
+    })
+}
+
+/// Pitched allocations reserve the unpadded size first and the padding once the driver chose
+/// the pitch.
+pub unsafe fn alloc_pitch(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, u32) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element: u32,
+) -> CUresult {
+    let asked = (width as u64).saturating_mul(height as u64);
+    let r = counted(Kind::Pointer, asked, &no_retry, &mut || {
+        (real(dptr, pitch, width, height, element), read(dptr))
+    });
+    if r != CUDA_SUCCESS || asked == 0 {
+        return r;
+    }
+    let got = (read(pitch) as u64).saturating_mul(height as u64);
+    let padding = got.saturating_sub(asked);
+    if padding == 0 {
+        return r;
+    }
+    match session::reserve(padding) {
+        Reservation::Counted => {
+            LEDGER.lock().record(Kind::Pointer, read(dptr), got);
+            r
+        }
+        Reservation::Unmanaged => r,
+        Reservation::OverCap => {
+            type Free = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
+            if let Some(free) = helper::<Free>(Helper::cuMemFree_v2) {
+                free(read(dptr));
+            }
+            session::unreserve(LEDGER.lock().forget(Kind::Pointer, read(dptr)));
+            CUDA_ERROR_OUT_OF_MEMORY
+        }
+    }
+}
+
+pub unsafe fn free(
+    real: unsafe extern "C" fn(CUdeviceptr) -> CUresult,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    uncounted(Kind::Pointer, dptr, real(dptr))
+}
+
+/// Trims the pool to nothing cached (`pool` null: the current device's current pool).
+unsafe fn trim(pool: CUmemoryPool) {
+    type GetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+    type GetPool = unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult;
+    type Trim = unsafe extern "C" fn(CUmemoryPool, usize) -> CUresult;
+    let mut pool = pool;
+    if pool.is_null() {
+        let (Some(get_device), Some(get_pool)) = (
+            helper::<GetDevice>(Helper::cuCtxGetDevice),
+            helper::<GetPool>(Helper::cuDeviceGetMemPool),
+        ) else {
+            return;
+        };
+        let mut dev = 0;
+        if get_device(&mut dev) != CUDA_SUCCESS || get_pool(&mut pool, dev) != CUDA_SUCCESS {
+            return;
+        }
+    }
+    if let Some(trim_to) = helper::<Trim>(Helper::cuMemPoolTrimTo) {
+        trim_to(pool, 0);
+    }
+}
+
+pub unsafe fn alloc_async(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    let retry = || trim(std::ptr::null_mut());
+    counted(Kind::Pointer, bytes as u64, &retry, &mut || {
+        (real(dptr, bytes, stream), read(dptr))
+    })
+}
+
+pub unsafe fn alloc_from_pool_async(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    let retry = || trim(pool);
+    counted(Kind::Pointer, bytes as u64, &retry, &mut || {
+        (real(dptr, bytes, pool, stream), read(dptr))
+    })
+}
+
+pub unsafe fn free_async(
+    real: unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult,
+    dptr: CUdeviceptr,
+    stream: CUstream,
+) -> CUresult {
+    uncounted(Kind::Pointer, dptr, real(dptr, stream))
+}
+
+/// `cuMemCreate`: physical memory; counted when it is on a device (mapping it allocates
+/// nothing more).
+pub unsafe fn create(
+    real: unsafe extern "C" fn(
+        *mut CUmemGenericAllocationHandle,
+        usize,
+        *const CUmemAllocationProp,
+        u64,
+    ) -> CUresult,
+    handle: *mut CUmemGenericAllocationHandle,
+    bytes: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    let on_device = !prop.is_null() && (*prop).location_type == CU_MEM_LOCATION_TYPE_DEVICE;
+    if !on_device {
+        return real(handle, bytes, prop, flags);
+    }
+    counted(Kind::Handle, bytes as u64, &no_retry, &mut || {
+        (real(handle, bytes, prop, flags), read(handle))
+    })
+}
+
+pub unsafe fn release(
+    real: unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult,
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult {
+    uncounted(Kind::Handle, handle, real(handle))
+}
+
+pub unsafe fn array_create(
+    real: unsafe extern "C" fn(*mut CUarray, *const CudaArrayDescriptor) -> CUresult,
+    array: *mut CUarray,
+    desc: *const CudaArrayDescriptor,
+) -> CUresult {
+    if desc.is_null() {
+        return real(array, desc);
+    }
+    let d = &*desc;
+    let bytes = ledger::array_bytes(d.width as u64, d.height as u64, 1, d.format, d.num_channels);
+    counted(Kind::Array, bytes, &no_retry, &mut || {
+        (real(array, desc), read(array) as u64)
+    })
+}
+
+pub unsafe fn array3d_create(
+    real: unsafe extern "C" fn(*mut CUarray, *const CudaArray3dDescriptor) -> CUresult,
+    array: *mut CUarray,
+    desc: *const CudaArray3dDescriptor,
+) -> CUresult {
+    if desc.is_null() {
+        return real(array, desc);
+    }
+    let d = &*desc;
+    let bytes = ledger::array_bytes(
+        d.width as u64,
+        d.height as u64,
+        d.depth as u64,
+        d.format,
+        d.num_channels,
+    );
+    counted(Kind::Array, bytes, &no_retry, &mut || {
+        (real(array, desc), read(array) as u64)
+    })
+}
+
+pub unsafe fn array_destroy(
+    real: unsafe extern "C" fn(CUarray) -> CUresult,
+    array: CUarray,
+) -> CUresult {
+    uncounted(Kind::Array, array as u64, real(array))
+}
+
+pub unsafe fn mipmapped_array_create(
+    real: unsafe extern "C" fn(
+        *mut CUmipmappedArray,
+        *const CudaArray3dDescriptor,
+        u32,
+    ) -> CUresult,
+    array: *mut CUmipmappedArray,
+    desc: *const CudaArray3dDescriptor,
+    levels: u32,
+) -> CUresult {
+    if desc.is_null() {
+        return real(array, desc, levels);
+    }
+    let d = &*desc;
+    let bytes = ledger::mipmapped_bytes(
+        d.width as u64,
+        d.height as u64,
+        d.depth as u64,
+        d.format,
+        d.num_channels,
+        d.flags,
+        levels,
+    );
+    counted(Kind::Array, bytes, &no_retry, &mut || {
+        (real(array, desc, levels), read(array) as u64)
+    })
+}
+
+pub unsafe fn mipmapped_array_destroy(
+    real: unsafe extern "C" fn(CUmipmappedArray) -> CUresult,
+    array: CUmipmappedArray,
+) -> CUresult {
+    uncounted(Kind::Array, array as u64, real(array))
+}
+
+/// Applies the cap to a (free, total) pair the driver reported; `None` when uncapped.
+fn capped(free: u64, total: u64) -> Option<(u64, u64)> {
+    let cap = session::cap();
+    if cap == NO_CAP {
+        return None;
+    }
+    let used = session::used().unwrap_or(0);
+    Some(ledger::capped_info(free, total, cap, used))
+}
+
+/// `cuMemGetInfo_v2`. Either pointer may be null (the driver decides whether that is an
+/// error); the cap is applied to the ones given.
+pub unsafe fn get_info(
+    real: unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult,
+    free: *mut usize,
+    total: *mut usize,
+) -> CUresult {
+    let r = real(free, total);
+    if r == CUDA_SUCCESS {
+        let (f, t) = (
+            read(free) as u64,
+            if total.is_null() {
+                u64::MAX
+            } else {
+                *total as u64
+            },
+        );
+        if let Some((f, t)) = capped(if free.is_null() { u64::MAX } else { f }, t) {
+            if !free.is_null() {
+                *free = f as usize;
+            }
+            if !total.is_null() {
+                *total = t as usize;
+            }
+        }
+    }
+    r
+}
+
+/// `cuMemGetInfo` (the 32-bit ABI of CUDA 3.1 and older).
+pub unsafe fn get_info_v1(
+    real: unsafe extern "C" fn(*mut u32, *mut u32) -> CUresult,
+    free: *mut u32,
+    total: *mut u32,
+) -> CUresult {
+    let r = real(free, total);
+    if r == CUDA_SUCCESS {
+        let f = if free.is_null() {
+            u64::MAX
+        } else {
+            u64::from(*free)
+        };
+        let t = if total.is_null() {
+            u64::MAX
+        } else {
+            u64::from(*total)
+        };
+        if let Some((f, t)) = capped(f, t) {
+            if !free.is_null() {
+                *free = f.min(u64::from(u32::MAX)) as u32;
+            }
+            if !total.is_null() {
+                *total = t.min(u64::from(u32::MAX)) as u32;
+            }
+        }
+    }
+    r
+}
+
+pub unsafe fn device_total(
+    real: unsafe extern "C" fn(*mut usize, CUdevice) -> CUresult,
+    bytes: *mut usize,
+    dev: CUdevice,
+) -> CUresult {
+    let r = real(bytes, dev);
+    if r == CUDA_SUCCESS && !bytes.is_null() {
+        let cap = session::cap();
+        if cap != NO_CAP {
+            *bytes = (*bytes as u64).min(cap) as usize;
+        }
+    }
+    r
+}
+
+/// NVML reports the cap only for processes already attached through CUDA: tools that use NVML
+/// alone (nvidia-smi) are not clients.
+fn nvml_capped(free: u64, total: u64) -> Option<(u64, u64)> {
+    if session::state_if_tried() != Some(session::Attach::Managed) {
+        return None;
+    }
+    capped(free, total)
+}
+
+pub unsafe fn nvml_info(
+    real: unsafe extern "C" fn(nvmlDevice_t, *mut NvmlMemory) -> nvmlReturn_t,
+    dev: nvmlDevice_t,
+    mem: *mut NvmlMemory,
+) -> nvmlReturn_t {
+    let r = real(dev, mem);
+    if r == NVML_SUCCESS && !mem.is_null() {
+        let m = &mut *mem;
+        if let Some((free, total)) = nvml_capped(m.free, m.total) {
+            m.total = total;
+            m.free = free;
+            m.used = total - free;
+        }
+    }
+    r
+}
+
+pub unsafe fn nvml_info_v2(
+    real: unsafe extern "C" fn(nvmlDevice_t, *mut NvmlMemoryV2) -> nvmlReturn_t,
+    dev: nvmlDevice_t,
+    mem: *mut NvmlMemoryV2,
+) -> nvmlReturn_t {
+    let r = real(dev, mem);
+    if r == NVML_SUCCESS && !mem.is_null() {
+        let m = &mut *mem;
+        if let Some((free, total)) = nvml_capped(m.free, m.total) {
+            m.total = total;
+            m.free = free;
+            m.used = (total - free).saturating_sub(m.reserved);
+        }
+    }
+    r
+}
