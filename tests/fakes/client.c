@@ -1,0 +1,260 @@
+/* A CUDA driver client for the hook's tests. Built three ways, like the programs the hook
+ * meets:
+ *   -DVIA_DLSYM  dlopen("libcuda.so.1") and dlsym of each versioned name (CuPy, cuDNN, ...)
+ *   -DVIA_PROC   dlsym of cuGetProcAddress_v2 only, then everything through it (static cudart)
+ *   -DVIA_LINK   linked with -lcuda, direct calls
+ * It runs the operations given as arguments and prints one line per operation:
+ *   launch:N:NS  launch_ptsz:N:NS  launch_ex:N:NS  coop:N:NS  graph:N:NS   N kernels of NS ns
+ *   capture:N:NS    N launches on a capturing stream
+ *   alloc:B  managed:B  async:B  pool:B  pitch:W:H  create:B   -> "alloc B -> RESULT"
+ *   free:I   frees the I-th allocation (0-based, any kind)     -> "free I -> RESULT"
+ *   info     cuMemGetInfo_v2    -> "info free=F total=T"
+ *   info1    cuMemGetInfo (v1)  -> "info1 free=F total=T"
+ *   total    cuDeviceTotalMem_v2 -> "total T"
+ *   fork:OP  runs OP in a fork child and waits for it
+ *   sleep:MS
+ * The first operation that needs the driver calls cuInit(0) and prints "init RESULT".
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+typedef void *CUstream;
+
+#define DECL(ret, name, args) typedef ret(*name##_t) args;
+DECL(CUresult, cuInit, (unsigned))
+DECL(CUresult, cuLaunchKernel, (void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **))
+DECL(CUresult, cuLaunchKernelEx, (const void *, void *, void **, void **))
+DECL(CUresult, cuLaunchCooperativeKernel, (void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **))
+DECL(CUresult, cuGraphLaunch, (void *, CUstream))
+DECL(CUresult, cuStreamCreate, (CUstream *, unsigned))
+DECL(CUresult, cuStreamBeginCapture, (CUstream, int))
+DECL(CUresult, cuStreamEndCapture, (CUstream, void **))
+DECL(CUresult, cuMemAlloc, (CUdeviceptr *, size_t))
+DECL(CUresult, cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned))
+DECL(CUresult, cuMemAllocPitch, (CUdeviceptr *, size_t *, size_t, size_t, unsigned))
+DECL(CUresult, cuMemFree, (CUdeviceptr))
+DECL(CUresult, cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))
+DECL(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, void *, CUstream))
+DECL(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream))
+DECL(CUresult, cuMemCreate, (uint64_t *, size_t, const void *, unsigned long long))
+DECL(CUresult, cuMemRelease, (uint64_t))
+DECL(CUresult, cuMemGetInfo_v1, (unsigned *, unsigned *))
+DECL(CUresult, cuMemGetInfo, (size_t *, size_t *))
+DECL(CUresult, cuDeviceTotalMem, (size_t *, int))
+
+static struct {
+  cuInit_t init;
+  cuLaunchKernel_t launch, launch_ptsz;
+  cuLaunchKernelEx_t launch_ex;
+  cuLaunchCooperativeKernel_t coop;
+  cuGraphLaunch_t graph;
+  cuStreamCreate_t stream_create;
+  cuStreamBeginCapture_t begin_capture;
+  cuStreamEndCapture_t end_capture;
+  cuMemAlloc_t alloc;
+  cuMemAllocManaged_t managed;
+  cuMemAllocPitch_t pitch;
+  cuMemFree_t free;
+  cuMemAllocAsync_t async;
+  cuMemAllocFromPoolAsync_t pool;
+  cuMemFreeAsync_t free_async;
+  cuMemCreate_t create;
+  cuMemRelease_t release;
+  cuMemGetInfo_v1_t info1;
+  cuMemGetInfo_t info;
+  cuDeviceTotalMem_t total;
+} cu;
+
+#if defined(VIA_LINK)
+/* Prototypes of the real exported names; the program links with -lcuda. */
+CUresult cuInit(unsigned);
+CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernel_ptsz(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernelEx(const void *, void *, void **, void **);
+CUresult cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **);
+CUresult cuGraphLaunch(void *, CUstream);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamBeginCapture_v2(CUstream, int);
+CUresult cuStreamEndCapture(CUstream, void **);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, void *, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemCreate(uint64_t *, size_t, const void *, unsigned long long);
+CUresult cuMemRelease(uint64_t);
+CUresult cuMemGetInfo(unsigned *, unsigned *);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuDeviceTotalMem_v2(size_t *, int);
+static void resolve(void) {
+  cu.init = cuInit; cu.launch = cuLaunchKernel; cu.launch_ptsz = cuLaunchKernel_ptsz;
+  cu.launch_ex = cuLaunchKernelEx; cu.coop = cuLaunchCooperativeKernel; cu.graph = cuGraphLaunch;
+  cu.stream_create = cuStreamCreate; cu.begin_capture = cuStreamBeginCapture_v2; cu.end_capture = cuStreamEndCapture;
+  cu.alloc = cuMemAlloc_v2; cu.managed = cuMemAllocManaged; cu.pitch = cuMemAllocPitch_v2; cu.free = cuMemFree_v2;
+  cu.async = cuMemAllocAsync; cu.pool = cuMemAllocFromPoolAsync; cu.free_async = cuMemFreeAsync;
+  cu.create = cuMemCreate; cu.release = cuMemRelease; cu.info1 = cuMemGetInfo; cu.info = cuMemGetInfo_v2;
+  cu.total = cuDeviceTotalMem_v2;
+}
+#else
+static void *lib;
+#if defined(VIA_PROC)
+typedef CUresult (*get_proc_t)(const char *, void **, int, unsigned long long, int *);
+static get_proc_t get_proc;
+/* base name, ABI version, per-thread default stream */
+static void *sym(const char *base, const char *versioned, int version, int ptsz) {
+  (void)versioned;
+  void *p = NULL;
+  int status = -1;
+  CUresult r = get_proc(base, &p, version, ptsz ? 2 : 0, &status);
+  if (r != 0 || !p) { fprintf(stderr, "cuGetProcAddress_v2(%s) failed: %d\n", base, r); exit(3); }
+  return p;
+}
+#else
+static void *sym(const char *base, const char *versioned, int version, int ptsz) {
+  (void)base; (void)version; (void)ptsz;
+  void *p = dlsym(lib, versioned);
+  if (!p) { fprintf(stderr, "dlsym(%s) failed: %s\n", versioned, dlerror()); exit(3); }
+  return p;
+}
+#endif
+static void resolve(void) {
+  lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) { fprintf(stderr, "dlopen failed: %s\n", dlerror()); exit(3); }
+#if defined(VIA_PROC)
+  get_proc = (get_proc_t)dlsym(lib, "cuGetProcAddress_v2");
+  if (!get_proc) { fprintf(stderr, "no cuGetProcAddress_v2\n"); exit(3); }
+  /* Static cudart asks for cuGetProcAddress itself through it, and uses the answer. */
+  void *self = sym("cuGetProcAddress", "cuGetProcAddress_v2", 13000, 0);
+  get_proc = (get_proc_t)self;
+#endif
+  cu.init = (cuInit_t)sym("cuInit", "cuInit", 2000, 0);
+  cu.launch = (cuLaunchKernel_t)sym("cuLaunchKernel", "cuLaunchKernel", 4000, 0);
+  cu.launch_ptsz = (cuLaunchKernel_t)sym("cuLaunchKernel", "cuLaunchKernel_ptsz", 7000, 1);
+  cu.launch_ex = (cuLaunchKernelEx_t)sym("cuLaunchKernelEx", "cuLaunchKernelEx", 11060, 0);
+  cu.coop = (cuLaunchCooperativeKernel_t)sym("cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", 9000, 0);
+  cu.graph = (cuGraphLaunch_t)sym("cuGraphLaunch", "cuGraphLaunch", 10000, 0);
+  cu.stream_create = (cuStreamCreate_t)sym("cuStreamCreate", "cuStreamCreate", 2000, 0);
+  cu.begin_capture = (cuStreamBeginCapture_t)sym("cuStreamBeginCapture", "cuStreamBeginCapture_v2", 10010, 0);
+  cu.end_capture = (cuStreamEndCapture_t)sym("cuStreamEndCapture", "cuStreamEndCapture", 10000, 0);
+  cu.alloc = (cuMemAlloc_t)sym("cuMemAlloc", "cuMemAlloc_v2", 3020, 0);
+  cu.managed = (cuMemAllocManaged_t)sym("cuMemAllocManaged", "cuMemAllocManaged", 6000, 0);
+  cu.pitch = (cuMemAllocPitch_t)sym("cuMemAllocPitch", "cuMemAllocPitch_v2", 3020, 0);
+  cu.free = (cuMemFree_t)sym("cuMemFree", "cuMemFree_v2", 3020, 0);
+  cu.async = (cuMemAllocAsync_t)sym("cuMemAllocAsync", "cuMemAllocAsync", 11020, 0);
+  cu.pool = (cuMemAllocFromPoolAsync_t)sym("cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 11020, 0);
+  cu.free_async = (cuMemFreeAsync_t)sym("cuMemFreeAsync", "cuMemFreeAsync", 11020, 0);
+  cu.create = (cuMemCreate_t)sym("cuMemCreate", "cuMemCreate", 10020, 0);
+  cu.release = (cuMemRelease_t)sym("cuMemRelease", "cuMemRelease", 10020, 0);
+  cu.info1 = (cuMemGetInfo_v1_t)sym("cuMemGetInfo", "cuMemGetInfo", 2000, 0);
+  cu.info = (cuMemGetInfo_t)sym("cuMemGetInfo", "cuMemGetInfo_v2", 3020, 0);
+  cu.total = (cuDeviceTotalMem_t)sym("cuDeviceTotalMem", "cuDeviceTotalMem_v2", 3020, 0);
+}
+#endif
+
+static int initialized;
+static void ensure_init(void) {
+  if (initialized) return;
+  initialized = 1;
+  CUresult r = cu.init(0);
+  printf("init %d\n", r);
+  fflush(stdout);
+  if (r != 0) exit(4);
+}
+
+enum kind { K_PTR, K_ASYNC, K_HANDLE };
+static struct { enum kind kind; uint64_t v; } allocs[1024];
+static int nallocs;
+
+static void record(enum kind k, uint64_t v) { allocs[nallocs].kind = k; allocs[nallocs].v = v; nallocs++; }
+
+static void run(const char *op) {
+  unsigned long long a = 0, b = 0;
+  char name[32] = {0};
+  sscanf(op, "%31[a-z_1]:%llu:%llu", name, &a, &b);
+  if (strcmp(name, "sleep") == 0) { usleep(a * 1000); return; }
+  if (strcmp(name, "fork") == 0) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) { initialized = 0; run(strchr(op, ':') + 1); fflush(stdout); _exit(0); }
+    int st; waitpid(pid, &st, 0);
+    return;
+  }
+  ensure_init();
+  uint64_t ns = b;
+  void *params[1] = {&ns};
+  CUresult r = 0;
+  if (!strcmp(name, "launch") || !strcmp(name, "launch_ptsz") || !strcmp(name, "launch_ex") ||
+      !strcmp(name, "coop") || !strcmp(name, "graph") || !strcmp(name, "capture")) {
+    CUstream s = NULL;
+    if (!strcmp(name, "capture")) { cu.stream_create(&s, 0); cu.begin_capture(s, 0); }
+    for (unsigned long long i = 0; i < a && r == 0; i++) {
+      if (!strcmp(name, "launch") || !strcmp(name, "capture")) r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+      else if (!strcmp(name, "launch_ptsz")) r = cu.launch_ptsz(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+      else if (!strcmp(name, "launch_ex")) {
+        struct { unsigned dims[7]; CUstream s; void *attrs; unsigned n; } config = {{1, 1, 1, 1, 1, 1, 0}, NULL, NULL, 0};
+        r = cu.launch_ex(&config, NULL, params, NULL);
+      } else if (!strcmp(name, "coop")) r = cu.coop(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params);
+      else r = cu.graph(&ns, NULL);
+    }
+    if (s) cu.end_capture(s, NULL);
+    printf("%s %llu -> %d\n", name, a, r);
+  } else if (!strcmp(name, "alloc") || !strcmp(name, "managed") || !strcmp(name, "async") || !strcmp(name, "pool")) {
+    CUdeviceptr p = 0;
+    if (!strcmp(name, "alloc")) r = cu.alloc(&p, a);
+    else if (!strcmp(name, "managed")) r = cu.managed(&p, a, 1);
+    else if (!strcmp(name, "async")) r = cu.async(&p, a, NULL);
+    else r = cu.pool(&p, a, (void *)0x900d, NULL);
+    if (r == 0) record(strcmp(name, "alloc") && strcmp(name, "managed") ? K_ASYNC : K_PTR, p);
+    printf("%s %llu -> %d\n", name, a, r);
+  } else if (!strcmp(name, "pitch")) {
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    r = cu.pitch(&p, &pitch, a, b, 4);
+    if (r == 0) record(K_PTR, p);
+    printf("pitch %llu %llu -> %d pitch=%zu\n", a, b, r, pitch);
+  } else if (!strcmp(name, "create")) {
+    struct { int type, handle_types, loc_type, loc_id; void *win32; unsigned char flags[8]; } prop = {1, 0, 1, 0, NULL, {0}};
+    uint64_t h = 0;
+    r = cu.create(&h, a, &prop, 0);
+    if (r == 0) record(K_HANDLE, h);
+    printf("create %llu -> %d\n", a, r);
+  } else if (!strcmp(name, "free")) {
+    if ((int)a >= nallocs) { printf("free %llu -> no such allocation\n", a); return; }
+    if (allocs[a].kind == K_PTR) r = cu.free(allocs[a].v);
+    else if (allocs[a].kind == K_ASYNC) r = cu.free_async(allocs[a].v, NULL);
+    else r = cu.release(allocs[a].v);
+    printf("free %llu -> %d\n", a, r);
+  } else if (!strcmp(name, "info")) {
+    size_t f = 0, t = 0;
+    r = cu.info(&f, &t);
+    printf("info free=%zu total=%zu -> %d\n", f, t, r);
+  } else if (!strcmp(name, "info1")) {
+    unsigned f = 0, t = 0;
+    r = cu.info1(&f, &t);
+    printf("info1 free=%u total=%u -> %d\n", f, t, r);
+  } else if (!strcmp(name, "total")) {
+    size_t t = 0;
+    r = cu.total(&t, 0);
+    printf("total %zu -> %d\n", t, r);
+  } else {
+    fprintf(stderr, "unknown operation %s\n", op);
+    exit(2);
+  }
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  resolve();
+  for (int i = 1; i < argc; i++) run(argv[i]);
+  return 0;
+}
