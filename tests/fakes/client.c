@@ -12,6 +12,7 @@
  *   info1    cuMemGetInfo (v1)  -> "info1 free=F total=T"
  *   total    cuDeviceTotalMem_v2 -> "total T"
  *   fork:OP  runs OP in a fork child and waits for it
+ *   rtld_next  prints the file of dlsym(RTLD_NEXT, "cuInit")
  *   sleep:MS
  * The first operation that needs the driver calls cuInit(0) and prints "init RESULT".
  */
@@ -190,6 +191,13 @@ static void run(const char *op) {
     return;
   }
   ensure_init();
+  if (strcmp(name, "rtld_next") == 0) {
+    Dl_info info;
+    void *p = dlsym(RTLD_NEXT, "cuInit");
+    printf("rtld_next %s\n", p && dladdr(p, &info) && info.dli_fname ? info.dli_fname : "none");
+    fflush(stdout);
+    return;
+  }
   uint64_t ns = b;
   void *params[1] = {&ns};
   CUresult r = 0;
