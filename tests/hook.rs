@@ -718,3 +718,104 @@ fn capturing_streams_are_not_gated() {
         "{out}"
     );
 }
+
+/// A scripted stand-in for the daemon that records what one hook process says and when
+/// (for timing that the real scheduler does not expose).
+fn recording_daemon(
+    dir: &Path,
+) -> (
+    PathBuf,
+    std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
+) {
+    use gpushare::protocol::{frame_len, Reply, Request, NO_CAP};
+    use std::io::{Read, Write};
+    let path = dir.join("recording.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let start = Instant::now();
+        let mut seen = vec![];
+        loop {
+            let mut header = [0u8; 4];
+            if s.read_exact(&mut header).is_err() {
+                return seen;
+            }
+            let mut payload = vec![0; frame_len(header).unwrap()];
+            s.read_exact(&mut payload).unwrap();
+            let req = Request::decode(&payload).unwrap();
+            let reply = match &req {
+                Request::Hello { .. } => Some(Reply::Welcome {
+                    client: "rec".into(),
+                    memory_cap: NO_CAP,
+                    quantum_ns: 20_000_000,
+                    mps_pipe_dir: String::new(),
+                    mps_thread_percentage: 0,
+                    mps_pinned_mem_limit: 0,
+                }),
+                Request::Acquire => Some(Reply::Grant {
+                    lease_ns: 20_000_000,
+                }),
+                Request::Reserve { .. } => Some(Reply::Reserved { used: 0 }),
+                _ => None,
+            };
+            seen.push((start.elapsed(), req));
+            if let Some(r) = reply {
+                s.write_all(&r.to_frame().unwrap()).unwrap();
+            }
+        }
+    });
+    (path, server)
+}
+
+/// A process that stops launching gives the token back soon after its lease ends (the idle
+/// releaser), not only at its next launch.
+#[test]
+fn an_idle_holder_releases_the_token_after_its_lease() {
+    use gpushare::protocol::Request;
+    if fakes().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::ProcAddress))
+        .args(["launch:2:1000000", "sleep:400", "launch:2:1000000"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = server.join().unwrap();
+    let kinds: Vec<&Request> = seen.iter().map(|(_, r)| r).collect();
+    assert!(
+        matches!(
+            kinds.as_slice(),
+            [
+                Request::Hello { .. },
+                Request::Acquire,
+                Request::Release { .. },
+                Request::Acquire,
+                ..
+            ]
+        ),
+        "{seen:?}"
+    );
+    let (acquired, released) = (seen[1].0, seen[2].0);
+    let held = released - acquired;
+    // 20 ms lease + a quarter lease of slack, well before the 400 ms pause ends.
+    assert!(
+        held >= Duration::from_millis(20) && held < Duration::from_millis(200),
+        "{seen:?}"
+    );
+    if let Request::Release { gpu_ns } = seen[2].1 {
+        assert!(
+            gpu_ns <= 20_000_000,
+            "an idle lease is charged at most its length: {gpu_ns}"
+        );
+    }
+}

@@ -135,9 +135,11 @@ pub enum Helper {
     cuDeviceGetMemPool,
     cuMemPoolTrimTo,
     cuMemFree_v2,
+    cuCtxGetCurrent,
+    cuCtxSetCurrent,
 }
 
-static HELPERS: [Slot; 11] = [
+static HELPERS: [Slot; 13] = [
     Slot::new(c"cuStreamIsCapturing", Lib::Cuda),
     Slot::new(c"cuThreadExchangeStreamCaptureMode", Lib::Cuda),
     Slot::new(c"cuEventCreate", Lib::Cuda),
@@ -149,6 +151,8 @@ static HELPERS: [Slot; 11] = [
     Slot::new(c"cuDeviceGetMemPool", Lib::Cuda),
     Slot::new(c"cuMemPoolTrimTo", Lib::Cuda),
     Slot::new(c"cuMemFree_v2", Lib::Cuda),
+    Slot::new(c"cuCtxGetCurrent", Lib::Cuda),
+    Slot::new(c"cuCtxSetCurrent", Lib::Cuda),
 ];
 
 /// The real helper function as `F` (an `unsafe extern "C" fn` type of the right signature).

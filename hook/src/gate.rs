@@ -6,7 +6,8 @@
 //! launching threads of the process wait on the lock, since they share the token.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::time::Duration;
 
 use crate::clock::now_ns;
 use crate::cuda::*;
@@ -17,6 +18,10 @@ use crate::session::{self, Attach};
 /// End of the current lease in `CLOCK_MONOTONIC` ns; 0 = no lease, `u64::MAX` = ungated.
 static DEADLINE: AtomicU64 = AtomicU64::new(0);
 static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
+/// The idle releaser thread runs (see [`watch`]).
+static WATCHER: AtomicBool = AtomicBool::new(false);
+/// Set by an `atexit` handler: the idle releaser makes no more driver calls.
+static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// The launch's stream, as the gate needs it.
 #[derive(Clone, Copy)]
@@ -82,9 +87,96 @@ fn renew(stream: Stream) {
     match session::acquire() {
         Some(lease_ns) => {
             lease.grant(now_ns(), lease_ns);
+            lease.stream = stream.handle().map(|h| h as usize);
+            lease.context = current_context();
             DEADLINE.store(lease.deadline, Release);
+            start_watcher();
         }
         None => ungate(),
+    }
+}
+
+fn current_context() -> usize {
+    type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: signature of cuCtxGetCurrent; valid out-pointer.
+    match unsafe { helper::<F>(Helper::cuCtxGetCurrent) } {
+        Some(get) if (unsafe { get(&mut ctx) }) == CUDA_SUCCESS => ctx as usize,
+        _ => 0,
+    }
+}
+
+fn start_watcher() {
+    if WATCHER.swap(true, AcqRel) {
+        return;
+    }
+    extern "C" fn exiting() {
+        EXITING.store(true, Release);
+    }
+    // SAFETY: registers a plain function.
+    unsafe { libc::atexit(exiting) };
+    let spawned = std::thread::Builder::new()
+        .name("gpushare-lease".into())
+        .spawn(|| {
+            let _ = std::panic::catch_unwind(watch);
+        });
+    if spawned.is_err() {
+        WATCHER.store(false, Release);
+    }
+}
+
+/// How long after its end an unused lease is given back by the idle releaser: long enough
+/// that no launch that passed the gate before the deadline can still be on its way.
+pub fn idle_slack(lease_ns: u64) -> u64 {
+    (lease_ns / 4).max(2_000_000)
+}
+
+/// The idle releaser: a process that stops launching gives the token back shortly after its
+/// lease ends, instead of at its next launch, so that others do not wait for the daemon to
+/// take it back.
+fn watch() {
+    loop {
+        if EXITING.load(Acquire) || DEADLINE.load(Acquire) == u64::MAX {
+            WATCHER.store(false, Release);
+            return;
+        }
+        let seen = *GATE.lock();
+        let now = now_ns();
+        if !seen.holding {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        let wake = seen
+            .deadline
+            .saturating_add(idle_slack(seen.deadline - seen.granted_at));
+        if now < wake {
+            std::thread::sleep(Duration::from_nanos(wake - now));
+            continue;
+        }
+        let mut lease = GATE.lock();
+        if *lease != seen || EXITING.load(Acquire) {
+            continue; // renewed or released by a launching thread meanwhile
+        }
+        // The per-thread default stream of another thread cannot be named from here.
+        let stream = lease.stream.filter(|&s| s != CU_STREAM_PER_THREAD);
+        let idle = match stream {
+            Some(s) if lease.context != 0 && set_context(lease.context) => {
+                wait_for_burst(s as CUstream)
+            }
+            _ => false,
+        };
+        let gpu_ns = lease.end(now_ns(), idle);
+        DEADLINE.store(0, Release);
+        session::release(gpu_ns);
+    }
+}
+
+fn set_context(ctx: usize) -> bool {
+    type F = unsafe extern "C" fn(*mut c_void) -> CUresult;
+    // SAFETY: signature of cuCtxSetCurrent; the context was current in a launching thread.
+    match unsafe { helper::<F>(Helper::cuCtxSetCurrent) } {
+        Some(set) => (unsafe { set(ctx as *mut c_void) }) == CUDA_SUCCESS,
+        None => false,
     }
 }
 
@@ -150,6 +242,10 @@ pub struct Lease {
     pub holding: bool,
     pub granted_at: u64,
     pub deadline: u64,
+    /// Stream of the launch that asked for the lease (a plain-call handle).
+    pub stream: Option<usize>,
+    /// Context current in the thread that asked for it (0: unknown).
+    pub context: usize,
 }
 
 impl Lease {
@@ -157,6 +253,8 @@ impl Lease {
         holding: false,
         granted_at: 0,
         deadline: 0,
+        stream: None,
+        context: 0,
     };
 
     pub fn grant(&mut self, now: u64, lease_ns: u64) {
@@ -164,6 +262,7 @@ impl Lease {
             holding: true,
             granted_at: now,
             deadline: now.saturating_add(lease_ns),
+            ..Lease::NONE
         };
     }
 
@@ -180,6 +279,8 @@ impl Lease {
 
 pub fn after_fork_in_child() {
     DEADLINE.store(0, Release);
+    // The idle releaser thread does not exist in the child.
+    WATCHER.store(false, Release);
     // SAFETY: called from the fork child handler.
     unsafe { GATE.reset(Lease::NONE) };
 }
@@ -205,6 +306,12 @@ mod tests {
         assert_eq!(l.end(5_000_000_000, true), 20_000_000);
         l.grant(1_000, 20_000_000);
         assert_eq!(l.end(11_000, true), 10_000);
+    }
+
+    #[test]
+    fn unused_leases_are_given_back_a_quarter_lease_late() {
+        assert_eq!(idle_slack(20_000_000), 5_000_000);
+        assert_eq!(idle_slack(1_000_000), 2_000_000);
     }
 
     #[test]

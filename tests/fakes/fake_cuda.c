@@ -112,6 +112,9 @@ EXPORT CUresult cuDeviceGetCount(int *n) { if (!initialized) return ERR_NOT_INIT
 EXPORT CUresult cuDeviceGet(int *d, int ordinal) { if (!initialized) return ERR_NOT_INITIALIZED; if (ordinal) return 101; *d = 0; return OK; }
 EXPORT CUresult cuCtxGetDevice(int *d) { *d = 0; return OK; }
 EXPORT CUresult cuCtxSynchronize(void) { return OK; }
+static __thread void *current_ctx;
+EXPORT CUresult cuCtxGetCurrent(void **ctx) { *ctx = initialized ? (current_ctx ? current_ctx : (void *)0xc0) : NULL; return OK; }
+EXPORT CUresult cuCtxSetCurrent(void *ctx) { current_ctx = ctx; return OK; }
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) {
   (void)dev; if (!bytes) return ERR_INVALID_VALUE;
   pthread_mutex_lock(&lock); init_mem(); *bytes = total_mem; pthread_mutex_unlock(&lock);
