@@ -80,11 +80,18 @@ fn fakes() -> Option<&'static Fakes> {
                 "-Wl,-Bsymbolic",
                 "-o",
             ]).arg(dir.join("libcuda.so.1")).arg(src.join("fake_cuda.c")).arg("-lpthread"));
+            run_ok(
+                Command::new("gcc")
+                    .args(["-O1", "-Wall", "-shared", "-fPIC"])
+                    .args(["-Wl,-soname,libnvidia-ml.so.1", "-Wl,-Bsymbolic", "-o"])
+                    .arg(dir.join("libnvidia-ml.so.1"))
+                    .arg(src.join("fake_nvml_memory.c")),
+            );
             let _ = std::fs::remove_file(dir.join("libcuda.so"));
             std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
             let client = src.join("client.c");
             for (def, name) in [("-DVIA_DLSYM", "client_dlsym"), ("-DVIA_PROC", "client_proc")] {
-                run_ok(Command::new("gcc").args(["-O1", "-Wall", def, "-o"]).arg(dir.join(name)).arg(&client).arg("-ldl"));
+                run_ok(Command::new("gcc").args(["-O1", "-Wall", def, "-o"]).arg(dir.join(name)).arg(&client).args(["-ldl", "-lpthread"]));
             }
             run_ok(
                 Command::new("gcc")
@@ -92,7 +99,7 @@ fn fakes() -> Option<&'static Fakes> {
                     .arg(dir.join("client_link"))
                     .arg(&client)
                     .arg(format!("-L{}", dir.display()))
-                    .args(["-lcuda", "-ldl"]),
+                    .args(["-lcuda", "-ldl", "-lpthread"]),
             );
             Some(Fakes { dir })
         })
@@ -816,6 +823,103 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
         assert!(
             gpu_ns <= 20_000_000,
             "an idle lease is charged at most its length: {gpu_ns}"
+        );
+    }
+}
+
+/// Threads of one process share its token: only one of them talks to the daemon at a time, so
+/// the daemon sees Acquire and Release strictly alternate.
+#[test]
+fn threads_share_one_token_and_one_conversation() {
+    use gpushare::protocol::Request;
+    if fakes().is_none() {
+        return;
+    }
+    let _busy = cpu_bound();
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let log = dir.path().join("kernels.log");
+    let out = Command::new(f.client(Via::Dlsym))
+        .args(["threads:4:40"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("FAKE_CUDA_LOG", &log)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("threads 4 40 -> 0"),
+        "{stdout}"
+    );
+    assert_eq!(kernels(&log).len(), 160);
+    let seen = server.join().unwrap();
+    let mut expect_acquire = true;
+    let mut acquires = 0;
+    for (_, r) in &seen[1..] {
+        match r {
+            Request::Acquire => {
+                assert!(expect_acquire, "two Acquires in a row: {seen:?}");
+                acquires += 1;
+                expect_acquire = false;
+            }
+            Request::Release { .. } => {
+                assert!(!expect_acquire, "Release without a lease: {seen:?}");
+                expect_acquire = true;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // 40 ms of kernels in 20 ms leases.
+    assert!(acquires >= 2, "{seen:?}");
+}
+
+/// CUDA arrays count against the cap; NVML's memory info reports the cap to a process that
+/// attached through CUDA (and the device's numbers to one that did not).
+#[test]
+fn arrays_count_and_nvml_reports_the_cap() {
+    if fakes().is_none() {
+        return;
+    }
+    let d = Daemon::start("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    let before = Run::new(Via::Dlsym)
+        .daemon(&d)
+        .client("small")
+        .ok(&["nvml"]);
+    assert_eq!(
+        line(&before, "nvml "),
+        format!(
+            "nvml total={} free={} used={} -> 0",
+            16 * GIB,
+            15 * GIB,
+            GIB
+        ),
+        "NVML alone is not capped"
+    );
+    for via in ALL {
+        let out = Run::new(via).daemon(&d).client("small").ok(&[
+            "array:512:512",
+            "alloc:1",
+            "nvml",
+            "free:0",
+            "array3d:64:64:64",
+            "array:1:1",
+        ]);
+        let l: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            l,
+            [
+                "init 0".to_string(),
+                "array 512 512 -> 0".into(),
+                "alloc 1 -> 2".into(),
+                format!("nvml total={MIB} free=0 used={MIB} -> 0"),
+                format!("nvml2 total={MIB} reserved={} free=0 used=0 -> 0", GIB / 4),
+                "free 0 -> 0".into(),
+                "array3d 64 64 -> 0".into(),
+                "array 1 1 -> 2".into(),
+            ],
+            "{via:?}"
         );
     }
 }

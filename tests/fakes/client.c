@@ -6,7 +6,11 @@
  * It runs the operations given as arguments and prints one line per operation:
  *   launch:N:NS  launch_ptsz:N:NS  launch_ex:N:NS  coop:N:NS  graph:N:NS   N kernels of NS ns
  *   capture:N:NS    N launches on a capturing stream
+ *   threads:T:N     T threads, each launching N kernels of 1 ms
  *   alloc:B  managed:B  async:B  pool:B  pitch:W:H  create:B   -> "alloc B -> RESULT"
+ *   array:W:H  array3d:W:H:D   float CUDA arrays              -> "array W H -> RESULT"
+ *   nvml     nvmlDeviceGetMemoryInfo and _v2 of device 0    -> "nvml total=T free=F used=U"
+ *            (without calling cuInit first)
  *   free:I   frees the I-th allocation (0-based, any kind)     -> "free I -> RESULT"
  *   info     cuMemGetInfo_v2    -> "info free=F total=T"
  *   info1    cuMemGetInfo (v1)  -> "info1 free=F total=T"
@@ -18,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +55,8 @@ DECL(CUresult, cuMemRelease, (uint64_t))
 DECL(CUresult, cuMemGetInfo_v1, (unsigned *, unsigned *))
 DECL(CUresult, cuMemGetInfo, (size_t *, size_t *))
 DECL(CUresult, cuDeviceTotalMem, (size_t *, int))
+DECL(CUresult, cuArrayCreate, (void **, const void *))
+DECL(CUresult, cuArrayDestroy, (void *))
 
 static struct {
   cuInit_t init;
@@ -72,6 +79,8 @@ static struct {
   cuMemGetInfo_v1_t info1;
   cuMemGetInfo_t info;
   cuDeviceTotalMem_t total;
+  cuArrayCreate_t array, array3d;
+  cuArrayDestroy_t array_destroy;
 } cu;
 
 #if defined(VIA_LINK)
@@ -97,7 +106,11 @@ CUresult cuMemRelease(uint64_t);
 CUresult cuMemGetInfo(unsigned *, unsigned *);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuDeviceTotalMem_v2(size_t *, int);
+CUresult cuArrayCreate_v2(void **, const void *);
+CUresult cuArray3DCreate_v2(void **, const void *);
+CUresult cuArrayDestroy(void *);
 static void resolve(void) {
+  cu.array = cuArrayCreate_v2; cu.array3d = cuArray3DCreate_v2; cu.array_destroy = cuArrayDestroy;
   cu.init = cuInit; cu.launch = cuLaunchKernel; cu.launch_ptsz = cuLaunchKernel_ptsz;
   cu.launch_ex = cuLaunchKernelEx; cu.coop = cuLaunchCooperativeKernel; cu.graph = cuGraphLaunch;
   cu.stream_create = cuStreamCreate; cu.begin_capture = cuStreamBeginCapture_v2; cu.end_capture = cuStreamEndCapture;
@@ -159,8 +172,21 @@ static void resolve(void) {
   cu.info1 = (cuMemGetInfo_v1_t)sym("cuMemGetInfo", "cuMemGetInfo", 2000, 0);
   cu.info = (cuMemGetInfo_t)sym("cuMemGetInfo", "cuMemGetInfo_v2", 3020, 0);
   cu.total = (cuDeviceTotalMem_t)sym("cuDeviceTotalMem", "cuDeviceTotalMem_v2", 3020, 0);
+  cu.array = (cuArrayCreate_t)sym("cuArrayCreate", "cuArrayCreate_v2", 3020, 0);
+  cu.array3d = (cuArrayCreate_t)sym("cuArray3DCreate", "cuArray3DCreate_v2", 3020, 0);
+  cu.array_destroy = (cuArrayDestroy_t)sym("cuArrayDestroy", "cuArrayDestroy", 2000, 0);
 }
 #endif
+
+struct thread_arg { unsigned long long n; CUresult r; };
+static void *launcher(void *p) {
+  struct thread_arg *a = p;
+  uint64_t ns = 1000000;
+  void *params[1] = {&ns};
+  for (unsigned long long i = 0; i < a->n && a->r == 0; i++)
+    a->r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+  return NULL;
+}
 
 static int initialized;
 static void ensure_init(void) {
@@ -172,7 +198,7 @@ static void ensure_init(void) {
   if (r != 0) exit(4);
 }
 
-enum kind { K_PTR, K_ASYNC, K_HANDLE };
+enum kind { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY };
 static struct { enum kind kind; uint64_t v; } allocs[1024];
 static int nallocs;
 
@@ -181,7 +207,7 @@ static void record(enum kind k, uint64_t v) { allocs[nallocs].kind = k; allocs[n
 static void run(const char *op) {
   unsigned long long a = 0, b = 0;
   char name[32] = {0};
-  sscanf(op, "%31[a-z_1]:%llu:%llu", name, &a, &b);
+  sscanf(op, "%31[a-z_13]:%llu:%llu", name, &a, &b);
   if (strcmp(name, "sleep") == 0) { usleep(a * 1000); return; }
   if (strcmp(name, "fork") == 0) {
     fflush(stdout);
@@ -190,11 +216,42 @@ static void run(const char *op) {
     int st; waitpid(pid, &st, 0);
     return;
   }
+  if (!strcmp(name, "nvml")) { /* NVML does not need cuInit */
+    CUresult r;
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!nvml) { printf("nvml none\n"); return; }
+    int (*init)(void) = (int (*)(void))dlsym(nvml, "nvmlInit_v2");
+    int (*get)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2");
+    int (*info)(void *, unsigned long long *) = (int (*)(void *, unsigned long long *))dlsym(nvml, "nvmlDeviceGetMemoryInfo");
+    int (*info2)(void *, void *) = (int (*)(void *, void *))dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2");
+    void *dev = NULL;
+    unsigned long long m[3] = {0};
+    struct { unsigned version; unsigned long long total, reserved, free, used; } m2 = {(unsigned)(sizeof m2 | (2u << 24)), 0, 0, 0, 0};
+    init();
+    get(0, &dev);
+    r = info(dev, m);
+    printf("nvml total=%llu free=%llu used=%llu -> %d\n", m[0], m[1], m[2], r);
+    r = info2(dev, &m2);
+    printf("nvml2 total=%llu reserved=%llu free=%llu used=%llu -> %d\n", m2.total, m2.reserved, m2.free, m2.used, r);
+    fflush(stdout);
+    return;
+  }
   ensure_init();
   if (strcmp(name, "rtld_next") == 0) {
     Dl_info info;
     void *p = dlsym(RTLD_NEXT, "cuInit");
     printf("rtld_next %s\n", p && dladdr(p, &info) && info.dli_fname ? info.dli_fname : "none");
+    fflush(stdout);
+    return;
+  }
+  if (strcmp(name, "threads") == 0) {
+    pthread_t t[64];
+    struct thread_arg args[64] = {{0, 0}};
+    CUresult r = 0;
+    if (a > 64) a = 64;
+    for (unsigned long long i = 0; i < a; i++) { args[i].n = b; pthread_create(&t[i], NULL, launcher, &args[i]); }
+    for (unsigned long long i = 0; i < a; i++) { pthread_join(t[i], NULL); if (args[i].r) r = args[i].r; }
+    printf("threads %llu %llu -> %d\n", a, b, r);
     fflush(stdout);
     return;
   }
@@ -236,10 +293,24 @@ static void run(const char *op) {
     r = cu.create(&h, a, &prop, 0);
     if (r == 0) record(K_HANDLE, h);
     printf("create %llu -> %d\n", a, r);
+  } else if (!strcmp(name, "array") || !strcmp(name, "array3d")) {
+    unsigned long long c = 0;
+    sscanf(op, "%*[a-z_13]:%*u:%*u:%llu", &c);
+    void *arr = NULL;
+    if (!strcmp(name, "array")) {
+      struct { size_t w, h; unsigned format, channels; } d = {a, b, 0x20, 1};
+      r = cu.array(&arr, &d);
+    } else {
+      struct { size_t w, h, d; unsigned format, channels, flags; } d = {a, b, c, 0x20, 1, 0};
+      r = cu.array3d(&arr, &d);
+    }
+    if (r == 0) record(K_ARRAY, (uint64_t)arr);
+    printf("%s %llu %llu -> %d\n", name, a, b, r);
   } else if (!strcmp(name, "free")) {
     if ((int)a >= nallocs) { printf("free %llu -> no such allocation\n", a); return; }
     if (allocs[a].kind == K_PTR) r = cu.free(allocs[a].v);
     else if (allocs[a].kind == K_ASYNC) r = cu.free_async(allocs[a].v, NULL);
+    else if (allocs[a].kind == K_ARRAY) r = cu.array_destroy((void *)allocs[a].v);
     else r = cu.release(allocs[a].v);
     printf("free %llu -> %d\n", a, r);
   } else if (!strcmp(name, "info")) {

@@ -214,6 +214,24 @@ EXPORT CUresult cuMemCreate(uint64_t *handle, size_t n, const struct mem_prop *p
   (void)flags; if (!prop) return ERR_INVALID_VALUE; return mem_alloc(handle, n);
 }
 EXPORT CUresult cuMemRelease(uint64_t handle) { return mem_free(handle); }
+struct array_desc { size_t w, h; unsigned format, channels; };
+struct array3d_desc { size_t w, h, d; unsigned format, channels, flags; };
+static uint64_t format_bytes(unsigned f) { return f == 1 || f == 8 ? 1 : f == 2 || f == 9 || f == 0x10 ? 2 : 4; }
+EXPORT CUresult cuArrayCreate_v2(void **array, const struct array_desc *d) {
+  if (!d || !array) return ERR_INVALID_VALUE;
+  uint64_t addr = 0;
+  CUresult r = mem_alloc(&addr, d->w * (d->h ? d->h : 1) * format_bytes(d->format) * d->channels);
+  *array = (void *)addr;
+  return r;
+}
+EXPORT CUresult cuArray3DCreate_v2(void **array, const struct array3d_desc *d) {
+  if (!d || !array) return ERR_INVALID_VALUE;
+  uint64_t addr = 0;
+  CUresult r = mem_alloc(&addr, d->w * (d->h ? d->h : 1) * (d->d ? d->d : 1) * format_bytes(d->format) * d->channels);
+  *array = (void *)addr;
+  return r;
+}
+EXPORT CUresult cuArrayDestroy(void *array) { return mem_free((uint64_t)array); }
 EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
   if (!free_ || !total) return ERR_INVALID_VALUE;
   pthread_mutex_lock(&lock); init_mem(); *free_ = total_mem - used_mem; *total = total_mem; pthread_mutex_unlock(&lock);
@@ -276,6 +294,9 @@ static const struct entry table[] = {
   E("cuMemPoolTrimTo", 11020, 0, cuMemPoolTrimTo),
   E("cuMemCreate", 10020, 0, cuMemCreate),
   E("cuMemRelease", 10020, 0, cuMemRelease),
+  E("cuArrayCreate", 3020, 0, cuArrayCreate_v2),
+  E("cuArray3DCreate", 3020, 0, cuArray3DCreate_v2),
+  E("cuArrayDestroy", 2000, 0, cuArrayDestroy),
   E("cuMemGetInfo", 2000, 0, cuMemGetInfo),
   E("cuMemGetInfo", 3020, 0, cuMemGetInfo_v2),
   E("cuThreadExchangeStreamCaptureMode", 10010, 0, cuThreadExchangeStreamCaptureMode),
