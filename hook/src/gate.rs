@@ -64,6 +64,9 @@ pub fn ungate() {
 #[cold]
 #[inline(never)]
 fn renew(stream: Stream) {
+    if exiting() {
+        return; // never wait for the daemon at exit
+    }
     let mut lease = GATE.lock();
     if now_ns() < DEADLINE.load(Acquire) {
         return; // another thread renewed it while we waited for the lock
@@ -106,15 +109,28 @@ fn current_context() -> usize {
     }
 }
 
+/// True once the process has started to exit.
+pub fn exiting() -> bool {
+    EXITING.load(Acquire)
+}
+
+/// From the first attach on: at exit, stop talking to the daemon (the closing connection gives
+/// everything back) and never wait for it.
+pub fn watch_exit() {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn mark_exiting() {
+        EXITING.store(true, Release);
+    }
+    if !REGISTERED.swap(true, AcqRel) {
+        // SAFETY: registers a plain function.
+        unsafe { libc::atexit(mark_exiting) };
+    }
+}
+
 fn start_watcher() {
     if WATCHER.swap(true, AcqRel) {
         return;
     }
-    extern "C" fn exiting() {
-        EXITING.store(true, Release);
-    }
-    // SAFETY: registers a plain function.
-    unsafe { libc::atexit(exiting) };
     let spawned = std::thread::Builder::new()
         .name("gpushare-lease".into())
         .spawn(|| {

@@ -70,6 +70,7 @@ fn attach_slow() -> Attach {
         return state_of(s);
     }
     register_atfork();
+    crate::gate::watch_exit();
     let socket = std::env::var_os("GPUSHARE_SOCKET")
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
@@ -180,7 +181,7 @@ fn lose(session: &mut Option<Link>, e: std::io::Error) {
 
 /// Runs one exchange with the daemon, or returns `None` when unmanaged.
 fn with_link<T>(f: impl FnOnce(&mut Link) -> std::io::Result<T>) -> Option<T> {
-    if attach() != Attach::Managed {
+    if attach() != Attach::Managed || crate::gate::exiting() {
         return None;
     }
     let mut session = SESSION.lock();

@@ -2,10 +2,12 @@
 //! then swap the answer for the wrapper that calls exactly that pointer.
 
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cuda::{CUresult, CUDA_SUCCESS};
 use crate::driver::{self, Lib};
 use crate::exports;
+use crate::guard::say;
 
 type GetV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64) -> CUresult;
 type GetV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64, *mut i32) -> CUresult;
@@ -42,8 +44,24 @@ unsafe fn substitute(r: CUresult, symbol: *const c_char, pfn: *mut *mut c_void) 
         return;
     }
     let requested = base_name(CStr::from_ptr(symbol).to_bytes());
-    if let Some(w) = wrapper_for(requested, *pfn as usize) {
-        *pfn = w as *mut c_void;
+    match wrapper_for(requested, *pfn as usize) {
+        Some(w) => *pfn = w as *mut c_void,
+        None => warn_if_wrapped_name(requested),
+    }
+}
+
+/// The driver answered with a function the hook does not know for a name it wraps (an ABI
+/// version it has no wrapper for): that entry point runs unmanaged. Said once per process.
+fn warn_if_wrapped_name(requested: &[u8]) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let wrapped = exports::SLOTS
+        .iter()
+        .any(|s| base_name(s.name.to_bytes()) == requested);
+    if wrapped && !WARNED.swap(true, Ordering::AcqRel) {
+        say(format_args!(
+            "cuGetProcAddress gave a version of {} that the hook does not wrap; it runs unmanaged",
+            String::from_utf8_lossy(requested)
+        ));
     }
 }
 
@@ -58,7 +76,7 @@ fn wrapper_for(requested: &[u8], p: usize) -> Option<usize> {
         .position(|s| {
             s.lib == Lib::Cuda
                 && base_name(s.name.to_bytes()) == requested
-                && s.real.load(std::sync::atomic::Ordering::Acquire) == p
+                && s.real.load(Ordering::Acquire) == p
         })
         .map(exports::wrapper)
 }
