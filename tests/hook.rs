@@ -923,3 +923,39 @@ fn arrays_count_and_nvml_reports_the_cap() {
         );
     }
 }
+
+/// When the device itself is full, an async allocation trims its pool and tries once more,
+/// and a failed allocation gives its reservation back.
+#[test]
+fn a_full_device_trims_the_pool_and_failed_allocations_are_unreserved() {
+    if fakes().is_none() {
+        return;
+    }
+    let d = Daemon::start("[clients.small]\nmemory = 3000\nusers = [\"{uid}\"]\n");
+    for via in ALL {
+        let out = Run::new(via)
+            .daemon(&d)
+            .client("small")
+            .env("FAKE_CUDA_TOTAL_MEM", "2000")
+            .env("FAKE_CUDA_SAY_TRIM", "1")
+            .output(&["async:2500", "alloc:2500", "info"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let l: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            l,
+            [
+                "init 0",
+                "async 2500 -> 2",
+                "alloc 2500 -> 2",
+                "info free=2000 total=2000 -> 0"
+            ],
+            "{via:?}: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches("fake_cuda: pool trimmed").count(),
+            1,
+            "{via:?}: {stderr}"
+        );
+    }
+}

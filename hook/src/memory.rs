@@ -23,14 +23,14 @@ pub fn after_fork_in_child() {
 fn counted(
     kind: Kind,
     bytes: u64,
-    retry: &dyn Fn(),
+    retry: Option<&dyn Fn()>,
     f: &mut dyn FnMut() -> (CUresult, u64),
 ) -> CUresult {
     if bytes == 0 {
         return f().0;
     }
     let mut reservation = session::reserve(bytes);
-    if reservation == Reservation::OverCap {
+    if let (Reservation::OverCap, Some(retry)) = (&reservation, retry) {
         retry();
         reservation = session::reserve(bytes);
     }
@@ -39,7 +39,7 @@ fn counted(
         Reservation::Unmanaged => f().0,
         Reservation::Counted => {
             let (mut r, mut key) = f();
-            if r == CUDA_ERROR_OUT_OF_MEMORY {
+            if let (CUDA_ERROR_OUT_OF_MEMORY, Some(retry)) = (r, retry) {
                 retry();
                 (r, key) = f();
             }
@@ -62,8 +62,6 @@ fn uncounted(kind: Kind, key: u64, r: CUresult) -> CUresult {
     r
 }
 
-fn no_retry() {}
-
 unsafe fn read<T: Copy + Default>(p: *const T) -> T {
     if p.is_null() {
         T::default()
@@ -77,7 +75,7 @@ pub unsafe fn alloc(
     dptr: *mut CUdeviceptr,
     bytes: usize,
 ) -> CUresult {
-    counted(Kind::Pointer, bytes as u64, &no_retry, &mut || {
+    counted(Kind::Pointer, bytes as u64, None, &mut || {
         (real(dptr, bytes), read(dptr))
     })
 }
@@ -88,7 +86,7 @@ pub unsafe fn alloc_managed(
     bytes: usize,
     flags: u32,
 ) -> CUresult {
-    counted(Kind::Pointer, bytes as u64, &no_retry, &mut || {
+    counted(Kind::Pointer, bytes as u64, None, &mut || {
         (real(dptr, bytes, flags), read(dptr))
     })
 }
@@ -104,7 +102,7 @@ pub unsafe fn alloc_pitch(
     element: u32,
 ) -> CUresult {
     let asked = (width as u64).saturating_mul(height as u64);
-    let r = counted(Kind::Pointer, asked, &no_retry, &mut || {
+    let r = counted(Kind::Pointer, asked, None, &mut || {
         (real(dptr, pitch, width, height, element), read(dptr))
     });
     if r != CUDA_SUCCESS || asked == 0 {
@@ -169,7 +167,7 @@ pub unsafe fn alloc_async(
     stream: CUstream,
 ) -> CUresult {
     let retry = || trim(std::ptr::null_mut());
-    counted(Kind::Pointer, bytes as u64, &retry, &mut || {
+    counted(Kind::Pointer, bytes as u64, Some(&retry), &mut || {
         (real(dptr, bytes, stream), read(dptr))
     })
 }
@@ -182,7 +180,7 @@ pub unsafe fn alloc_from_pool_async(
     stream: CUstream,
 ) -> CUresult {
     let retry = || trim(pool);
-    counted(Kind::Pointer, bytes as u64, &retry, &mut || {
+    counted(Kind::Pointer, bytes as u64, Some(&retry), &mut || {
         (real(dptr, bytes, pool, stream), read(dptr))
     })
 }
@@ -213,7 +211,7 @@ pub unsafe fn create(
     if !on_device {
         return real(handle, bytes, prop, flags);
     }
-    counted(Kind::Handle, bytes as u64, &no_retry, &mut || {
+    counted(Kind::Handle, bytes as u64, None, &mut || {
         (real(handle, bytes, prop, flags), read(handle))
     })
 }
@@ -235,7 +233,7 @@ pub unsafe fn array_create(
     }
     let d = &*desc;
     let bytes = ledger::array_bytes(d.width as u64, d.height as u64, 1, d.format, d.num_channels);
-    counted(Kind::Array, bytes, &no_retry, &mut || {
+    counted(Kind::Array, bytes, None, &mut || {
         (real(array, desc), read(array) as u64)
     })
 }
@@ -256,7 +254,7 @@ pub unsafe fn array3d_create(
         d.format,
         d.num_channels,
     );
-    counted(Kind::Array, bytes, &no_retry, &mut || {
+    counted(Kind::Array, bytes, None, &mut || {
         (real(array, desc), read(array) as u64)
     })
 }
@@ -291,7 +289,7 @@ pub unsafe fn mipmapped_array_create(
         d.flags,
         levels,
     );
-    counted(Kind::Array, bytes, &no_retry, &mut || {
+    counted(Kind::Array, bytes, None, &mut || {
         (real(array, desc, levels), read(array) as u64)
     })
 }
