@@ -106,6 +106,15 @@ fn fakes() -> Option<&'static Fakes> {
         .as_ref()
 }
 
+/// Builds what the tests need, or `None` to skip; the guard runs the tests one at a time (the
+/// timing tests busy-wait in two processes each and must not steal each other's CPUs).
+fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    fakes()?;
+    Some(guard)
+}
+
 /// Builds the hook with cargo (in its own target dir, so as not to wait on the lock of the
 /// build that runs these tests) and returns the library. `GPUSHARE_HOOK_LIB` overrides it.
 fn hook(profile: &str) -> PathBuf {
@@ -335,9 +344,9 @@ fn line<'s>(stdout: &'s str, prefix: &str) -> &'s str {
 
 #[test]
 fn without_a_daemon_programs_run_unmanaged_and_say_so_once() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     for via in ALL {
         let log = dir.path().join(format!("{via:?}.log"));
@@ -382,9 +391,9 @@ fn without_a_daemon_programs_run_unmanaged_and_say_so_once() {
 
 #[test]
 fn refuse_policy_fails_cu_init_without_a_daemon() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     for via in ALL {
         let out = Run::new(via)
             .env("GPUSHARE_NO_DAEMON", "refuse")
@@ -394,13 +403,6 @@ fn refuse_policy_fails_cu_init_without_a_daemon() {
         assert_eq!(line(&stdout, "init"), "init 800", "{via:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("GPUSHARE_NO_DAEMON=refuse"));
     }
-}
-
-/// The timing tests busy-wait in two processes each: run them one at a time, so that they do
-/// not steal each other's CPUs.
-fn cpu_bound() -> std::sync::MutexGuard<'static, ()> {
-    static CPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    CPU.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs of consecutive kernels (in start order) of one process.
@@ -436,7 +438,6 @@ fn overlap_ns(k: &[(u32, u64, u64, String)]) -> u64 {
 /// the end of a lease is still running when the daemon grants the next one (the daemon takes
 /// the token back at the lease end, see the scheduler).
 fn alternate(via: Via, op: &str, expect_fn: &str) {
-    let _busy = cpu_bound();
     let d = Daemon::start("");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
@@ -483,17 +484,17 @@ fn alternate(via: Via, op: &str, expect_fn: &str) {
 
 #[test]
 fn launches_through_dlsym_alternate_by_token() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     alternate(Via::Dlsym, "launch:150:1000000", "cuLaunchKernel");
 }
 
 #[test]
 fn per_thread_stream_launches_through_cu_get_proc_address_alternate_by_token() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     alternate(
         Via::ProcAddress,
         "launch_ptsz:150:1000000",
@@ -503,17 +504,17 @@ fn per_thread_stream_launches_through_cu_get_proc_address_alternate_by_token() {
 
 #[test]
 fn launch_ex_in_a_linked_program_alternates_by_token() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     alternate(Via::Link, "launch_ex:150:1000000", "cuLaunchKernelEx");
 }
 
 #[test]
 fn graph_and_cooperative_launches_alternate_by_token() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     alternate(Via::ProcAddress, "graph:150:1000000", "cuGraphLaunch");
     alternate(Via::Dlsym, "coop:150:1000000", "cuLaunchCooperativeKernel");
 }
@@ -521,10 +522,9 @@ fn graph_and_cooperative_launches_alternate_by_token() {
 /// The control: the same two processes without a daemon overlap, so the check above can fail.
 #[test]
 fn unmanaged_processes_overlap() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
-    let _busy = cpu_bound();
+    };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
     let run = Run::new(Via::Dlsym).log(&log);
@@ -542,9 +542,9 @@ fn unmanaged_processes_overlap() {
 /// CUDA_ERROR_OUT_OF_MEMORY, and after a free the same allocation succeeds.
 #[test]
 fn the_memory_cap_holds_to_the_byte() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
     let half = (GIB / 2).to_string();
     for via in ALL {
@@ -596,9 +596,9 @@ fn the_memory_cap_holds_to_the_byte() {
 /// a pool is trimmed before an allocation from it fails.
 #[test]
 fn every_allocation_path_counts_against_the_cap() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let d = Daemon::start("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
     let mib = MIB.to_string();
     for via in ALL {
@@ -661,9 +661,9 @@ fn every_allocation_path_counts_against_the_cap() {
 /// instead of talking on the parent's connection.
 #[test]
 fn a_fork_child_attaches_on_its_own() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
     let out = Run::new(Via::Dlsym).daemon(&d).client("capped").ok(&[
         &format!("alloc:{}", 600 * MIB),
@@ -694,9 +694,9 @@ fn a_fork_child_attaches_on_its_own() {
 /// caller must still be the program (a tail jump), in debug and in release builds.
 #[test]
 fn rtld_next_still_sees_the_caller_through_the_hook() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     for profile in ["debug", "release"] {
         let mut run = Run::new(Via::Link);
         run.hook = hook(profile);
@@ -713,9 +713,9 @@ fn rtld_next_still_sees_the_caller_through_the_hook() {
 /// stream is never touched by the hook's own event record (the fake fails those).
 #[test]
 fn capturing_streams_are_not_gated() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let d = Daemon::start("");
     let out = Run::new(Via::ProcAddress)
         .daemon(&d)
@@ -779,9 +779,9 @@ fn recording_daemon(
 #[test]
 fn an_idle_holder_releases_the_token_after_its_lease() {
     use gpushare::protocol::Request;
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let (socket, server) = recording_daemon(dir.path());
     let f = fakes().unwrap();
@@ -832,10 +832,9 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
 #[test]
 fn threads_share_one_token_and_one_conversation() {
     use gpushare::protocol::Request;
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
-    let _busy = cpu_bound();
+    };
     let dir = tempfile::tempdir().unwrap();
     let (socket, server) = recording_daemon(dir.path());
     let f = fakes().unwrap();
@@ -879,9 +878,9 @@ fn threads_share_one_token_and_one_conversation() {
 /// attached through CUDA (and the device's numbers to one that did not).
 #[test]
 fn arrays_count_and_nvml_reports_the_cap() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let d = Daemon::start("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
     let before = Run::new(Via::Dlsym)
         .daemon(&d)
@@ -928,9 +927,9 @@ fn arrays_count_and_nvml_reports_the_cap() {
 /// and a failed allocation gives its reservation back.
 #[test]
 fn a_full_device_trims_the_pool_and_failed_allocations_are_unreserved() {
-    if fakes().is_none() {
+    let Some(_serial) = prepare() else {
         return;
-    }
+    };
     let d = Daemon::start("[clients.small]\nmemory = 3000\nusers = [\"{uid}\"]\n");
     for via in ALL {
         let out = Run::new(via)

@@ -1,6 +1,6 @@
 /* A test double of libcuda.so.1 for the hook's tests (no GPU).
  *
- * Kernels run synchronously in the launching thread: they busy-wait the number of
+ * Kernels run synchronously in the launching thread: they sleep the number of
  * nanoseconds that their first kernel parameter points to (a uint64_t), then append
  * "pid start_ns end_ns function\n" to the file named by FAKE_CUDA_LOG. Device memory is a
  * counter with a fixed total (FAKE_CUDA_TOTAL_MEM bytes, default 16 GiB). Events and streams
@@ -47,8 +47,12 @@ static uint64_t now_ns(void) {
 static void run_kernel(const char *fn, void **params) {
   uint64_t ns = (params && params[0]) ? *(uint64_t *)params[0] : 0;
   uint64_t start = now_ns(), end;
-  while ((end = now_ns()) - start < ns) {
+  /* Sleep rather than spin: a GPU kernel does not use the launching CPU, and spinning
+   * "kernels" of several processes would make a busy test machine stretch them. */
+  struct timespec until = {(time_t)((start + ns) / 1000000000ull), (long)((start + ns) % 1000000000ull)};
+  while (ns && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
   }
+  end = now_ns();
   const char *path = getenv("FAKE_CUDA_LOG");
   if (!path || !*path) return;
   char line[160];
