@@ -288,8 +288,7 @@ impl<'a> Run<'a> {
         cmd
     }
     fn output(&self, ops: &[&str]) -> Output {
-        let out = self.command(ops).output().expect("run client");
-        out
+        self.command(ops).output().expect("run client")
     }
     /// Runs and returns stdout, asserting success.
     fn ok(&self, ops: &[&str]) -> String {
