@@ -142,3 +142,29 @@ pub unsafe fn slot_by_name(name: *const c_char) -> Option<usize> {
         .iter()
         .position(|s| libc::strcmp(s.name.as_ptr(), name) == 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_has_its_own_name_and_wrapper() {
+        for (i, s) in SLOTS.iter().enumerate() {
+            // SAFETY: NUL-terminated names.
+            assert_eq!(
+                unsafe { slot_by_name(s.name.as_ptr()) },
+                Some(i),
+                "{:?}",
+                s.name
+            );
+            assert_eq!(wrapper_index(wrapper(i)), Some(i));
+        }
+        assert_eq!(
+            unsafe { slot_by_name(c"cuMemAlloc".as_ptr()) },
+            None,
+            "v1 is not wrapped"
+        );
+        assert_eq!(unsafe { slot_by_name(c"malloc".as_ptr()) }, None);
+        assert_eq!(wrapper_index(0), None);
+    }
+}

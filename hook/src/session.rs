@@ -228,7 +228,11 @@ pub fn reserve(bytes: u64) -> Reservation {
     debug_assert!(bytes > 0, "Reserve{{0}} is a query");
     with_link(|l| match l.call(&Request::Reserve { bytes })? {
         Reply::Reserved { .. } => Ok(Reservation::Counted),
-        Reply::OverCap { .. } => Ok(Reservation::OverCap),
+        Reply::OverCap { cap, .. } => {
+            // The cap may have been changed (over D-Bus) since the Welcome.
+            CAP.store(cap, Release);
+            Ok(Reservation::OverCap)
+        }
         r => Err(unexpected(r)),
     })
     .unwrap_or(Reservation::Unmanaged)
@@ -252,7 +256,11 @@ pub fn cap() -> u64 {
 /// The client's memory in use (all its processes), as the daemon counts it.
 pub fn used() -> Option<u64> {
     with_link(|l| match l.call(&Request::Reserve { bytes: 0 })? {
-        Reply::Reserved { used } | Reply::OverCap { used, .. } => Ok(used),
+        Reply::Reserved { used } => Ok(used),
+        Reply::OverCap { used, cap } => {
+            CAP.store(cap, Release);
+            Ok(used)
+        }
         r => Err(unexpected(r)),
     })
 }
