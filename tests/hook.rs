@@ -733,6 +733,18 @@ fn recording_daemon(
     PathBuf,
     std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
 ) {
+    recording_daemon_with_mps(dir, String::new(), 0, 0)
+}
+
+fn recording_daemon_with_mps(
+    dir: &Path,
+    mps_pipe_dir: String,
+    mps_thread_percentage: u32,
+    mps_pinned_mem_limit: u64,
+) -> (
+    PathBuf,
+    std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
+) {
     use gpushare::protocol::{frame_len, Reply, Request, NO_CAP};
     use std::io::{Read, Write};
     let path = dir.join("recording.sock");
@@ -754,9 +766,9 @@ fn recording_daemon(
                     client: "rec".into(),
                     memory_cap: NO_CAP,
                     quantum_ns: 20_000_000,
-                    mps_pipe_dir: String::new(),
-                    mps_thread_percentage: 0,
-                    mps_pinned_mem_limit: 0,
+                    mps_pipe_dir: mps_pipe_dir.clone(),
+                    mps_thread_percentage,
+                    mps_pinned_mem_limit,
                 }),
                 Request::Acquire => Some(Reply::Grant {
                     lease_ns: 20_000_000,
@@ -956,4 +968,49 @@ fn a_full_device_trims_the_pool_and_failed_allocations_are_unreserved() {
             "{via:?}: {stderr}"
         );
     }
+}
+
+/// The MPS settings of the Welcome reach the driver's environment before the real cuInit,
+/// unless the user set them.
+#[test]
+fn mps_settings_are_exported_before_cu_init() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) =
+        recording_daemon_with_mps(dir.path(), "/run/gpushare/mps".into(), 30, 4 * GIB);
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::Dlsym))
+        .args([
+            "getenv:CUDA_MPS_PIPE_DIRECTORY",
+            "getenv:CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            "getenv:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        ])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")
+        .env("FAKE_CUDA_SAY_MPS", "1")
+        .env_remove("CUDA_MPS_PIPE_DIRECTORY")
+        .env_remove("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let l: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        l,
+        [
+            "init 0",
+            "env CUDA_MPS_PIPE_DIRECTORY=/run/gpushare/mps",
+            "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10",
+            "env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M",
+        ]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fake_cuda: cuInit sees CUDA_MPS_PIPE_DIRECTORY=/run/gpushare/mps"),
+        "{stderr}"
+    );
+    server.join().unwrap();
 }

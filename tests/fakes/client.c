@@ -16,6 +16,7 @@
  *   info1    cuMemGetInfo (v1)  -> "info1 free=F total=T"
  *   total    cuDeviceTotalMem_v2 -> "total T"
  *   fork:OP  runs OP in a fork child and waits for it
+ *   getenv:NAME  prints "env NAME=VALUE" after cuInit
  *   rtld_next  prints the file of dlsym(RTLD_NEXT, "cuInit")
  *   sleep:MS
  * The first operation that needs the driver calls cuInit(0) and prints "init RESULT".
@@ -237,6 +238,12 @@ static void run(const char *op) {
     return;
   }
   ensure_init();
+  if (strncmp(op, "getenv:", 7) == 0) {
+    const char *v = getenv(op + 7);
+    printf("env %s=%s\n", op + 7, v ? v : "(unset)");
+    fflush(stdout);
+    return;
+  }
   if (strcmp(name, "rtld_next") == 0) {
     Dl_info info;
     void *p = dlsym(RTLD_NEXT, "cuInit");

@@ -110,7 +110,15 @@ static CUresult mem_free(uint64_t addr) {
 }
 
 /* ---- initialisation, devices, contexts ---- */
-EXPORT CUresult cuInit(unsigned flags) { (void)flags; initialized = 1; return OK; }
+EXPORT CUresult cuInit(unsigned flags) {
+  (void)flags;
+  if (getenv("FAKE_CUDA_SAY_MPS")) {
+    const char *v = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    fprintf(stderr, "fake_cuda: cuInit sees CUDA_MPS_PIPE_DIRECTORY=%s\n", v ? v : "(unset)");
+  }
+  initialized = 1;
+  return OK;
+}
 EXPORT CUresult cuDriverGetVersion(int *v) { if (!v) return ERR_INVALID_VALUE; *v = 13000; return OK; }
 EXPORT CUresult cuDeviceGetCount(int *n) { if (!initialized) return ERR_NOT_INITIALIZED; *n = 1; return OK; }
 EXPORT CUresult cuDeviceGet(int *d, int ordinal) { if (!initialized) return ERR_NOT_INITIALIZED; if (ordinal) return 101; *d = 0; return OK; }
