@@ -1014,3 +1014,29 @@ fn mps_settings_are_exported_before_cu_init() {
     );
     server.join().unwrap();
 }
+
+/// cuGetProcAddress asked for itself hands out the hook's wrapper of the form the driver chose
+/// for that version (4 arguments before CUDA 12, 5 from 12.0 on).
+#[test]
+fn cu_get_proc_address_of_itself_is_wrapped_in_the_right_form() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let out = Run::new(Via::ProcAddress).ok(&["procself"]);
+    let l: Vec<&str> = out.lines().filter(|l| l.starts_with("procself")).collect();
+    // dladdr names the exported symbol nearest the address: the hook's wrappers.
+    assert_eq!(
+        l,
+        [
+            "procself 11030 cuGetProcAddress libgpushare.so",
+            "procself 12000 cuGetProcAddress_v2 libgpushare.so",
+            "procself distinct 1"
+        ]
+    );
+    let hooked = Run::new(Via::ProcAddress)
+        .command(&["procself"])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&hooked.stdout).contains("procself 12000 cuGetProcAddress_v2"));
+}

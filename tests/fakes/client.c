@@ -244,6 +244,27 @@ static void run(const char *op) {
     fflush(stdout);
     return;
   }
+  if (strcmp(name, "procself") == 0) {
+#if defined(VIA_PROC)
+    /* cuGetProcAddress asked for itself, at the 4- and the 5-argument ABI. */
+    const int versions[2] = {11030, 12000};
+    void *found[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+      Dl_info info;
+      int status = 0;
+      get_proc("cuGetProcAddress", &found[i], versions[i], 0, &status);
+      int ok = found[i] && dladdr(found[i], &info) && info.dli_sname && info.dli_fname;
+      const char *file = ok ? strrchr(info.dli_fname, '/') : NULL;
+      printf("procself %d %s %s\n", versions[i], ok ? info.dli_sname : "none",
+             ok ? (file ? file + 1 : info.dli_fname) : "none");
+    }
+    printf("procself distinct %d\n", found[0] != found[1]);
+#else
+    printf("procself n/a\n");
+#endif
+    fflush(stdout);
+    return;
+  }
   if (strcmp(name, "rtld_next") == 0) {
     Dl_info info;
     void *p = dlsym(RTLD_NEXT, "cuInit");
