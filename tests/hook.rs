@@ -1040,3 +1040,26 @@ fn cu_get_proc_address_of_itself_is_wrapped_in_the_right_form() {
         .unwrap();
     assert!(String::from_utf8_lossy(&hooked.stdout).contains("procself 12000 cuGetProcAddress_v2"));
 }
+
+/// A daemon that refuses the process (here: an unknown client name) makes cuInit fail with
+/// CUDA_ERROR_NOT_PERMITTED and says why.
+#[test]
+fn a_refused_attach_fails_cu_init() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("");
+    let out = Run::new(Via::Link)
+        .daemon(&d)
+        .client("no-such-client")
+        .output(&["launch:1:0"]);
+    assert_eq!(
+        line(&String::from_utf8_lossy(&out.stdout), "init"),
+        "init 800"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("gpushare: the daemon refused to attach this process as no-such-client"),
+        "{stderr}"
+    );
+}

@@ -76,7 +76,13 @@ fn attach_slow() -> Attach {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET_DIR).join(SOCKET_NAME));
     let client = std::env::var("GPUSHARE_CLIENT").unwrap_or_default();
-    let refuse = std::env::var("GPUSHARE_NO_DAEMON").is_ok_and(|v| v == "refuse");
+    let policy = std::env::var("GPUSHARE_NO_DAEMON").unwrap_or_default();
+    let refuse = policy == "refuse";
+    if !matches!(policy.as_str(), "" | "passthrough" | "refuse") {
+        say(format_args!(
+            "GPUSHARE_NO_DAEMON={policy:?} is neither passthrough nor refuse; using passthrough"
+        ));
+    }
 
     let mut link = match Link::connect(&socket) {
         Ok(l) => l,
