@@ -431,16 +431,20 @@ fn overlap_ns(k: &[(u32, u64, u64, String)]) -> u64 {
     n
 }
 
+/// `clock` picks the hook's launch-path clock (`GPUSHARE_CLOCK`: tsc, monotonic, "" = auto).
 /// Two processes, each launching 150 one-millisecond kernels with a 20 ms quantum: under the
 /// hook the GPU passes between them in leases (runs of many kernels of one process, not
 /// kernel-by-kernel interleaving), and their kernels overlap only where a kernel launched at
 /// the end of a lease is still running when the daemon grants the next one (the daemon takes
 /// the token back at the lease end, see the scheduler).
-fn alternate(via: Via, op: &str, expect_fn: &str) {
+fn alternate(via: Via, op: &str, expect_fn: &str, clock: &str) {
     let d = Daemon::start("");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
-    let run = Run::new(via).daemon(&d).log(&log);
+    let run = Run::new(via)
+        .daemon(&d)
+        .log(&log)
+        .env("GPUSHARE_CLOCK", clock);
     let ops = [op];
     let mut a = run
         .command(&ops)
@@ -486,7 +490,12 @@ fn launches_through_dlsym_alternate_by_token() {
     let Some(_serial) = prepare() else {
         return;
     };
-    alternate(Via::Dlsym, "launch:150:1000000", "cuLaunchKernel");
+    alternate(
+        Via::Dlsym,
+        "launch:150:1000000",
+        "cuLaunchKernel",
+        "monotonic",
+    );
 }
 
 #[test]
@@ -498,6 +507,7 @@ fn per_thread_stream_launches_through_cu_get_proc_address_alternate_by_token() {
         Via::ProcAddress,
         "launch_ptsz:150:1000000",
         "cuLaunchKernel_ptsz",
+        "tsc",
     );
 }
 
@@ -506,7 +516,12 @@ fn launch_ex_in_a_linked_program_alternates_by_token() {
     let Some(_serial) = prepare() else {
         return;
     };
-    alternate(Via::Link, "launch_ex:150:1000000", "cuLaunchKernelEx");
+    alternate(
+        Via::Link,
+        "launch_ex:150:1000000",
+        "cuLaunchKernelEx",
+        "tsc",
+    );
 }
 
 #[test]
@@ -514,8 +529,13 @@ fn graph_and_cooperative_launches_alternate_by_token() {
     let Some(_serial) = prepare() else {
         return;
     };
-    alternate(Via::ProcAddress, "graph:150:1000000", "cuGraphLaunch");
-    alternate(Via::Dlsym, "coop:150:1000000", "cuLaunchCooperativeKernel");
+    alternate(Via::ProcAddress, "graph:150:1000000", "cuGraphLaunch", "");
+    alternate(
+        Via::Dlsym,
+        "coop:150:1000000",
+        "cuLaunchCooperativeKernel",
+        "",
+    );
 }
 
 /// The control: the same two processes without a daemon overlap, so the check above can fail.

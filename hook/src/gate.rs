@@ -9,13 +9,13 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
 
-use crate::clock::now_ns;
+use crate::clock::{fast_deadline, fast_now, now_ns};
 use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
 use crate::session::{self, Attach};
 
-/// End of the current lease in `CLOCK_MONOTONIC` ns; 0 = no lease, `u64::MAX` = ungated.
+/// End of the current lease in [`fast_now`] units; 0 = no lease, `u64::MAX` = ungated.
 static DEADLINE: AtomicU64 = AtomicU64::new(0);
 static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
 /// The idle releaser thread runs (see [`watch`]).
@@ -50,7 +50,7 @@ impl Stream {
 /// Waits, if needed, until this process may launch on `stream`.
 #[inline(always)]
 pub fn enter(stream: Stream) {
-    if now_ns() < DEADLINE.load(Relaxed) {
+    if fast_now() < DEADLINE.load(Relaxed) {
         return;
     }
     renew(stream);
@@ -68,7 +68,7 @@ fn renew(stream: Stream) {
         return; // never wait for the daemon at exit
     }
     let mut lease = GATE.lock();
-    if now_ns() < DEADLINE.load(Acquire) {
+    if fast_now() < DEADLINE.load(Acquire) {
         return; // another thread renewed it while we waited for the lock
     }
     if session::attach() != Attach::Managed {
@@ -92,7 +92,7 @@ fn renew(stream: Stream) {
             lease.grant(now_ns(), lease_ns);
             lease.stream = stream.handle().map(|h| h as usize);
             lease.context = current_context();
-            DEADLINE.store(lease.deadline, Release);
+            DEADLINE.store(fast_deadline(lease_ns), Release);
             start_watcher();
         }
         None => ungate(),

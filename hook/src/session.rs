@@ -127,6 +127,7 @@ fn attach_slow() -> Attach {
                     &format!("0={}M", mps_pinned_mem_limit.div_ceil(1 << 20)),
                 );
             }
+            crate::clock::choose(&std::env::var("GPUSHARE_CLOCK").unwrap_or_default());
             CAP.store(memory_cap, Release);
             LINK_FD.store(link.fd(), Release);
             *session = Some(link);
