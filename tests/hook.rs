@@ -1083,3 +1083,35 @@ fn a_refused_attach_fails_cu_init() {
         "{stderr}"
     );
 }
+
+/// An old ABI the hook does not wrap on purpose (cuDeviceTotalMem v1) passes silently; a
+/// driver answer that is no exported function for a wrapped name passes too, but is reported
+/// once, since that entry point then runs unmanaged.
+#[test]
+fn unwrappable_proc_address_answers_pass_through_and_are_reported_once() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let quiet = Run::new(Via::ProcAddress).output(&["procget:1:2000"]);
+    assert_eq!(
+        line(&String::from_utf8_lossy(&quiet.stdout), "procget"),
+        "procget cuDeviceTotalMem 2000 -> 0 libcuda.so.1"
+    );
+    let stderr = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!stderr.contains("does not wrap"), "{stderr}");
+
+    let loud = Run::new(Via::ProcAddress).output(&["procget:0:99000", "procget:0:99000"]);
+    let stdout = String::from_utf8_lossy(&loud.stdout);
+    assert_eq!(
+        stdout
+            .matches("procget cuLaunchKernel 99000 -> 0 libcuda.so.1")
+            .count(),
+        2
+    );
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert_eq!(
+        stderr.matches("gpushare: cuGetProcAddress gave a version of cuLaunchKernel that the hook does not wrap").count(),
+        1,
+        "{stderr}"
+    );
+}

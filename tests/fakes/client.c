@@ -244,6 +244,22 @@ static void run(const char *op) {
     fflush(stdout);
     return;
   }
+  if (strcmp(name, "procget") == 0) {
+#if defined(VIA_PROC)
+    /* procget:N:VERSION, N: 0 = cuLaunchKernel, 1 = cuDeviceTotalMem */
+    const char *names[2] = {"cuLaunchKernel", "cuDeviceTotalMem"};
+    void *p = NULL;
+    int status = 0;
+    Dl_info info;
+    CUresult r = get_proc(names[a & 1], &p, (int)b, 0, &status);
+    const char *file = p && dladdr(p, &info) && info.dli_fname ? strrchr(info.dli_fname, '/') : NULL;
+    printf("procget %s %llu -> %d %s\n", names[a & 1], b, r, file ? file + 1 : "none");
+#else
+    printf("procget n/a\n");
+#endif
+    fflush(stdout);
+    return;
+  }
   if (strcmp(name, "procself") == 0) {
 #if defined(VIA_PROC)
     /* cuGetProcAddress asked for itself, at the 4- and the 5-argument ABI. */

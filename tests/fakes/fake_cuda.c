@@ -255,6 +255,19 @@ EXPORT CUresult cuMemGetInfo(unsigned *free_, unsigned *total) {
   return r;
 }
 
+/* The 32-bit ABI of cuDeviceTotalMem (exported, not wrapped by the hook). */
+EXPORT CUresult cuDeviceTotalMem(unsigned *bytes, int dev) {
+  size_t t = 0; CUresult r = cuDeviceTotalMem_v2(&t, dev);
+  if (r == OK) *bytes = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
+  return r;
+}
+/* A "future" launch ABI that is no exported symbol: what the hook cannot wrap. */
+static CUresult internal_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)extra;
+  run_kernel("internal_launch", params); return OK;
+}
+
 /* ---- cuGetProcAddress: base name, ABI version and stream flavour to a function ---- */
 #define PER_THREAD 2 /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, unsigned long long flags);
@@ -266,6 +279,7 @@ static const struct entry table[] = {
   E("cuDriverGetVersion", 2020, 0, cuDriverGetVersion),
   E("cuDeviceGet", 2000, 0, cuDeviceGet),
   E("cuDeviceGetCount", 2000, 0, cuDeviceGetCount),
+  E("cuDeviceTotalMem", 2000, 0, cuDeviceTotalMem),
   E("cuDeviceTotalMem", 3020, 0, cuDeviceTotalMem_v2),
   E("cuCtxSynchronize", 2000, 0, cuCtxSynchronize),
   E("cuCtxGetDevice", 2000, 0, cuCtxGetDevice),
@@ -273,6 +287,7 @@ static const struct entry table[] = {
   E("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2),
   E("cuLaunchKernel", 4000, 0, cuLaunchKernel),
   E("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz),
+  E("cuLaunchKernel", 99000, 0, internal_launch),
   E("cuLaunchKernelEx", 11060, 0, cuLaunchKernelEx),
   E("cuLaunchKernelEx", 11060, 1, cuLaunchKernelEx_ptsz),
   E("cuLaunchCooperativeKernel", 9000, 0, cuLaunchCooperativeKernel),

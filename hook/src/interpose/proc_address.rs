@@ -46,18 +46,27 @@ unsafe fn substitute(r: CUresult, symbol: *const c_char, pfn: *mut *mut c_void) 
     let requested = base_name(CStr::from_ptr(symbol).to_bytes());
     match wrapper_for(requested, *pfn as usize) {
         Some(w) => *pfn = w as *mut c_void,
-        None => warn_if_wrapped_name(requested),
+        None => warn_if_unknown(requested, *pfn),
     }
 }
 
-/// The driver answered with a function the hook does not know for a name it wraps (an ABI
-/// version it has no wrapper for): that entry point runs unmanaged. Said once per process.
-fn warn_if_wrapped_name(requested: &[u8]) {
+/// For a name the hook wraps, the driver answered with a function that is no exported symbol
+/// (an old ABI like `cuMemAlloc` v1 is one, and is not wrapped on purpose): that entry point
+/// runs unmanaged. Said once per process.
+fn warn_if_unknown(requested: &[u8], p: *mut c_void) {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let wrapped = exports::SLOTS
         .iter()
         .any(|s| base_name(s.name.to_bytes()) == requested);
-    if wrapped && !WARNED.swap(true, Ordering::AcqRel) {
+    if !wrapped || WARNED.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-pointer.
+    let exported = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        libc::dladdr(p, &mut info) != 0 && info.dli_saddr == p && !info.dli_sname.is_null()
+    };
+    if !exported && !WARNED.swap(true, Ordering::AcqRel) {
         say(format_args!(
             "cuGetProcAddress gave a version of {} that the hook does not wrap; it runs unmanaged",
             String::from_utf8_lossy(requested)
