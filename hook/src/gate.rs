@@ -14,6 +14,7 @@ use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
 use crate::session::{self, Attach};
+use crate::streams;
 
 /// End of the current lease in [`fast_now`] units; 0 = no lease, `u64::MAX` = ungated.
 static DEADLINE: AtomicU64 = AtomicU64::new(0);
@@ -50,10 +51,16 @@ impl Stream {
 /// Waits, if needed, until this process may launch on `stream`.
 #[inline(always)]
 pub fn enter(stream: Stream) {
-    if fast_now() < DEADLINE.load(Relaxed) {
-        return;
+    if fast_now() >= DEADLINE.load(Relaxed) {
+        renew(stream);
     }
-    renew(stream);
+    if let Stream::Of { handle, per_thread } = stream {
+        streams::note(if per_thread && handle.is_null() {
+            CU_STREAM_PER_THREAD as CUstream
+        } else {
+            handle
+        });
+    }
 }
 
 /// Launches pass through from now on (unmanaged).
@@ -82,7 +89,9 @@ fn renew(stream: Stream) {
         }
     }
     if lease.holding {
-        let idle = wait_for_burst(stream.handle().unwrap_or(std::ptr::null_mut()));
+        // This thread may name its own per-thread stream, not another thread's.
+        let mine = stream.handle() == Some(CU_STREAM_PER_THREAD as CUstream);
+        let idle = wait_for_lease_work(|s| mine || s as usize != CU_STREAM_PER_THREAD);
         let gpu_ns = lease.end(now_ns(), idle);
         DEADLINE.store(0, Release);
         session::release(gpu_ns);
@@ -90,7 +99,6 @@ fn renew(stream: Stream) {
     match session::acquire() {
         Some(lease_ns) => {
             lease.grant(now_ns(), lease_ns);
-            lease.stream = stream.handle().map(|h| h as usize);
             lease.context = current_context();
             DEADLINE.store(fast_deadline(lease_ns), Release);
             start_watcher();
@@ -173,14 +181,10 @@ fn watch() {
         if *lease != seen || EXITING.load(Acquire) {
             continue; // renewed or released by a launching thread meanwhile
         }
-        // The per-thread default stream of another thread cannot be named from here.
-        let stream = lease.stream.filter(|&s| s != CU_STREAM_PER_THREAD);
-        let idle = match stream {
-            Some(s) if lease.context != 0 && set_context(lease.context) => {
-                wait_for_burst(s as CUstream)
-            }
-            _ => false,
-        };
+        // Per-thread default streams of launching threads cannot be named from here.
+        let idle = lease.context != 0
+            && set_context(lease.context)
+            && wait_for_lease_work(|s| s as usize != CU_STREAM_PER_THREAD);
         let gpu_ns = lease.end(now_ns(), idle);
         DEADLINE.store(0, Release);
         session::release(gpu_ns);
@@ -209,10 +213,13 @@ fn capturing(stream: CUstream) -> bool {
     r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE
 }
 
-/// Waits for the work launched on `stream` so far: one timing-off event per lease, recorded
-/// and synchronized in the relaxed capture mode (so that captures in other threads are not
-/// disturbed). Returns true if the stream was already idle.
-fn wait_for_burst(stream: CUstream) -> bool {
+/// Waits for the work launched during the lease on every stream it went to (those `nameable`
+/// from this thread and not capturing): one timing-off event, recorded on each stream in turn
+/// and synchronized, in the relaxed capture mode (so that captures in other threads are not
+/// disturbed). Returns true if all of them were already idle.
+fn wait_for_lease_work(nameable: impl Fn(CUstream) -> bool) -> bool {
+    let mut used = [std::ptr::null_mut(); streams::MAX];
+    let n = streams::take(&mut used);
     type Exchange = unsafe extern "C" fn(*mut u32) -> CUresult;
     type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
     type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
@@ -230,20 +237,25 @@ fn wait_for_burst(stream: CUstream) -> bool {
     }) else {
         return false;
     };
-    let mut idle = false;
+    let mut idle = true;
     // SAFETY: valid out-pointers; the event is created and destroyed here.
     unsafe {
         let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         let exchanged = exchange(&mut mode) == CUDA_SUCCESS;
         let mut event: CUevent = std::ptr::null_mut::<c_void>();
         if create(&mut event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS {
-            if record(event, stream) == CUDA_SUCCESS {
-                idle = query(event) == CUDA_SUCCESS;
-                if !idle {
+            for &stream in &used[..n] {
+                if !nameable(stream) || capturing(stream) {
+                    continue;
+                }
+                if record(event, stream) == CUDA_SUCCESS && query(event) != CUDA_SUCCESS {
+                    idle = false;
                     sync(event);
                 }
             }
             destroy(event);
+        } else {
+            idle = false;
         }
         if exchanged {
             exchange(&mut mode);
@@ -258,8 +270,6 @@ pub struct Lease {
     pub holding: bool,
     pub granted_at: u64,
     pub deadline: u64,
-    /// Stream of the launch that asked for the lease (a plain-call handle).
-    pub stream: Option<usize>,
     /// Context current in the thread that asked for it (0: unknown).
     pub context: usize,
 }
@@ -269,7 +279,6 @@ impl Lease {
         holding: false,
         granted_at: 0,
         deadline: 0,
-        stream: None,
         context: 0,
     };
 
@@ -297,6 +306,7 @@ pub fn after_fork_in_child() {
     DEADLINE.store(0, Release);
     // The idle releaser thread does not exist in the child.
     WATCHER.store(false, Release);
+    streams::take(&mut [std::ptr::null_mut(); streams::MAX]);
     // SAFETY: called from the fork child handler.
     unsafe { GATE.reset(Lease::NONE) };
 }

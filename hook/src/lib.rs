@@ -25,3 +25,4 @@ mod launch;
 mod ledger;
 mod memory;
 mod session;
+mod streams;
