@@ -728,21 +728,38 @@ fn rtld_next_still_sees_the_caller_through_the_hook() {
     }
 }
 
-/// Launches on a capturing stream are not gated (nothing may block or sync on it), and the
-/// stream is never touched by the hook's own event record (the fake fails those).
+/// Launches on a capturing stream are not gated (nothing may block or sync on it), and when a
+/// lease ends while a stream of it is capturing, the hook never records its event there (the
+/// fake says so on stderr, as the real driver would invalidate the capture).
 #[test]
-fn capturing_streams_are_not_gated() {
+fn capturing_streams_are_not_gated_nor_touched() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("");
-    let out = Run::new(Via::ProcAddress)
-        .daemon(&d)
-        .ok(&["capture:50:100000", "launch:50:100000"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::ProcAddress))
+        .args(["capture:5:0", "capture_mix:40:1000000"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.contains("capture 50 -> 0") && out.contains("launch 50 -> 0"),
-        "{out}"
+        stdout.contains("capture 5 -> 0") && stdout.contains("capture_mix 40 -> 0"),
+        "{stdout}{stderr}"
     );
+    assert!(!stderr.contains("capturing stream"), "{stderr}");
+    let seen = server.join().unwrap();
+    let releases = seen
+        .iter()
+        .filter(|(_, r)| matches!(r, gpushare::protocol::Request::Release { .. }))
+        .count();
+    // 80 ms of kernels on the null stream in 20 ms leases: leases ended during the capture.
+    assert!(releases >= 2, "{seen:?}");
 }
 
 /// A scripted stand-in for the daemon that records what one hook process says and when

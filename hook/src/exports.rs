@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_void};
 use crate::cuda::*;
 use crate::driver::{Lib, Slot};
 use crate::interpose::proc_address;
-use crate::{launch, memory, session};
+use crate::{launch, memory, memory_info, session};
 
 macro_rules! wrappers {
     ($(
@@ -116,12 +116,12 @@ wrappers! {
         levels: u32) => memory::mipmapped_array_create;
     Cuda cuMipmappedArrayDestroy(array: CUmipmappedArray) => memory::mipmapped_array_destroy;
 
-    Cuda cuMemGetInfo(free: *mut u32, total: *mut u32) => memory::get_info_v1;
-    Cuda cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => memory::get_info;
-    Cuda cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) => memory::device_total;
-    Nvml nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, mem: *mut NvmlMemory) => memory::nvml_info;
+    Cuda cuMemGetInfo(free: *mut u32, total: *mut u32) => memory_info::get_info_v1;
+    Cuda cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => memory_info::get_info;
+    Cuda cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) => memory_info::device_total;
+    Nvml nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, mem: *mut NvmlMemory) => memory_info::nvml_info;
     Nvml nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, mem: *mut NvmlMemoryV2)
-        => memory::nvml_info_v2;
+        => memory_info::nvml_info_v2;
 }
 
 /// The slot whose wrapper is at `p`, if `p` is one of ours.

@@ -24,5 +24,6 @@ mod interpose;
 mod launch;
 mod ledger;
 mod memory;
+mod memory_info;
 mod session;
 mod streams;

@@ -6,6 +6,7 @@
  * It runs the operations given as arguments and prints one line per operation:
  *   launch:N:NS  launch_ptsz:N:NS  launch_ex:N:NS  coop:N:NS  graph:N:NS   N kernels of NS ns
  *   capture:N:NS    N launches on a capturing stream
+ *   capture_mix:N:NS  N times: a launch on a capturing stream, then one on the null stream
  *   threads:T:N     T threads, each launching N kernels of 1 ms
  *   alloc:B  managed:B  async:B  pool:B  pitch:W:H  create:B   -> "alloc B -> RESULT"
  *   array:W:H  array3d:W:H:D   float CUDA arrays              -> "array W H -> RESULT"
@@ -302,6 +303,19 @@ static void run(const char *op) {
   uint64_t ns = b;
   void *params[1] = {&ns};
   CUresult r = 0;
+  if (!strcmp(name, "capture_mix")) {
+    CUstream s = NULL;
+    cu.stream_create(&s, 0);
+    cu.begin_capture(s, 0);
+    for (unsigned long long i = 0; i < a && r == 0; i++) {
+      r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+      if (r == 0) r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+    }
+    cu.end_capture(s, NULL);
+    printf("capture_mix %llu -> %d\n", a, r);
+    fflush(stdout);
+    return;
+  }
   if (!strcmp(name, "launch") || !strcmp(name, "launch_ptsz") || !strcmp(name, "launch_ex") ||
       !strcmp(name, "coop") || !strcmp(name, "graph") || !strcmp(name, "capture")) {
     CUstream s = NULL;

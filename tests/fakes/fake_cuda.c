@@ -189,7 +189,12 @@ EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { static __thread i
 static int events_recorded;
 EXPORT CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = malloc(1); return OK; }
 EXPORT CUresult cuEventRecord(void *e, CUstream s) {
-  (void)e; if (is_real_stream(s) && ((struct fake_stream *)s)->capturing) return 900; /* CAPTURE_UNSUPPORTED */
+  (void)e;
+  if (is_real_stream(s) && ((struct fake_stream *)s)->capturing) {
+    /* The real driver would invalidate the capture. */
+    fprintf(stderr, "fake_cuda: cuEventRecord on a capturing stream\n");
+    return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+  }
   __sync_fetch_and_add(&events_recorded, 1); return OK;
 }
 EXPORT CUresult cuEventRecord_ptsz(void *e, CUstream s) { return cuEventRecord(e, s); }
