@@ -7,7 +7,9 @@
 //! ways: resolving the driver with dlsym, through cuGetProcAddress_v2 (as static cudart does),
 //! and linked with -lcuda.
 //!
-//! Skipped (with a message) only when gcc is missing.
+//! The hook is built by the test with `cargo build -p gpushare-hook` in its own target dir
+//! (`GPUSHARE_HOOK_LIB=path/to/libgpushare.so` uses a prebuilt one instead). The tests run one
+//! at a time. Skipped (with a message) only when gcc is missing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
