@@ -1134,3 +1134,43 @@ fn unwrappable_proc_address_answers_pass_through_and_are_reported_once() {
         "{stderr}"
     );
 }
+
+/// Work that never finishes (say, a kernel waiting on another process that waits for the
+/// token) does not hold the token forever: the end of a lease waits a bounded time (four
+/// leases, at least 100 ms), says so once, and gives the token back.
+#[test]
+fn the_end_of_a_lease_waits_a_bounded_time() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let start = Instant::now();
+    let out = Command::new(f.client(Via::Dlsym))
+        .args(["launch:60:1000000"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("FAKE_CUDA_NEVER_DONE", "1")
+        .output()
+        .unwrap();
+    let elapsed = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("gpushare: the work of a lease was still running after 100 ms")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let seen = server.join().unwrap();
+    let releases = seen
+        .iter()
+        .filter(|(_, r)| matches!(r, gpushare::protocol::Request::Release { .. }))
+        .count();
+    assert!(releases >= 2, "{seen:?}");
+    // 60 ms of kernels, then at most 100 ms per lease end.
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+}

@@ -129,7 +129,6 @@ pub enum Helper {
     cuEventCreate,
     cuEventRecord,
     cuEventQuery,
-    cuEventSynchronize,
     cuEventDestroy_v2,
     cuCtxGetDevice,
     cuDeviceGetMemPool,
@@ -139,13 +138,12 @@ pub enum Helper {
     cuCtxSetCurrent,
 }
 
-static HELPERS: [Slot; 13] = [
+static HELPERS: [Slot; 12] = [
     Slot::new(c"cuStreamIsCapturing", Lib::Cuda),
     Slot::new(c"cuThreadExchangeStreamCaptureMode", Lib::Cuda),
     Slot::new(c"cuEventCreate", Lib::Cuda),
     Slot::new(c"cuEventRecord", Lib::Cuda),
     Slot::new(c"cuEventQuery", Lib::Cuda),
-    Slot::new(c"cuEventSynchronize", Lib::Cuda),
     Slot::new(c"cuEventDestroy_v2", Lib::Cuda),
     Slot::new(c"cuCtxGetDevice", Lib::Cuda),
     Slot::new(c"cuDeviceGetMemPool", Lib::Cuda),

@@ -91,7 +91,9 @@ fn renew(stream: Stream) {
     if lease.holding {
         // This thread may name its own per-thread stream, not another thread's.
         let mine = stream.handle() == Some(CU_STREAM_PER_THREAD as CUstream);
-        let idle = wait_for_lease_work(|s| mine || s as usize != CU_STREAM_PER_THREAD);
+        let idle = wait_for_lease_work(lease.wait_limit(), |s| {
+            mine || s as usize != CU_STREAM_PER_THREAD
+        });
         let gpu_ns = lease.end(now_ns(), idle);
         DEADLINE.store(0, Release);
         session::release(gpu_ns);
@@ -184,7 +186,7 @@ fn watch() {
         // Per-thread default streams of launching threads cannot be named from here.
         let idle = lease.context != 0
             && set_context(lease.context)
-            && wait_for_lease_work(|s| s as usize != CU_STREAM_PER_THREAD);
+            && wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
         let gpu_ns = lease.end(now_ns(), idle);
         DEADLINE.store(0, Release);
         session::release(gpu_ns);
@@ -217,7 +219,7 @@ fn capturing(stream: CUstream) -> bool {
 /// from this thread and not capturing): one timing-off event, recorded on each stream in turn
 /// and synchronized, in the relaxed capture mode (so that captures in other threads are not
 /// disturbed). Returns true if all of them were already idle.
-fn wait_for_lease_work(nameable: impl Fn(CUstream) -> bool) -> bool {
+fn wait_for_lease_work(limit_ns: u64, nameable: impl Fn(CUstream) -> bool) -> bool {
     let mut used = [std::ptr::null_mut(); streams::MAX];
     let n = streams::take(&mut used);
     type Exchange = unsafe extern "C" fn(*mut u32) -> CUresult;
@@ -225,13 +227,12 @@ fn wait_for_lease_work(nameable: impl Fn(CUstream) -> bool) -> bool {
     type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
     type OnEvent = unsafe extern "C" fn(CUevent) -> CUresult;
     // SAFETY: the driver's signatures of these functions.
-    let (Some(exchange), Some(create), Some(record), Some(query), Some(sync), Some(destroy)) = (unsafe {
+    let (Some(exchange), Some(create), Some(record), Some(query), Some(destroy)) = (unsafe {
         (
             helper::<Exchange>(Helper::cuThreadExchangeStreamCaptureMode),
             helper::<Create>(Helper::cuEventCreate),
             helper::<Record>(Helper::cuEventRecord),
             helper::<OnEvent>(Helper::cuEventQuery),
-            helper::<OnEvent>(Helper::cuEventSynchronize),
             helper::<OnEvent>(Helper::cuEventDestroy_v2),
         )
     }) else {
@@ -250,7 +251,7 @@ fn wait_for_lease_work(nameable: impl Fn(CUstream) -> bool) -> bool {
                 }
                 if record(event, stream) == CUDA_SUCCESS && query(event) != CUDA_SUCCESS {
                     idle = false;
-                    sync(event);
+                    wait_until_done(|| query(event) != CUDA_NOT_READY, limit_ns);
                 }
             }
             destroy(event);
@@ -262,6 +263,36 @@ fn wait_for_lease_work(nameable: impl Fn(CUstream) -> bool) -> bool {
         }
     }
     idle
+}
+
+/// `cuEventQuery`'s "not yet".
+const CUDA_NOT_READY: CUresult = 600;
+
+/// Polls `done` (an event query) until it says so or `limit_ns` passed. Bounded, unlike
+/// `cuEventSynchronize`: work that waits on another process (which waits for the token) must
+/// not hold the token forever. Says once per process when it gives up.
+fn wait_until_done(done: impl Fn() -> bool, limit_ns: u64) -> bool {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let start = now_ns();
+    let mut polls = 0u32;
+    while !done() {
+        if now_ns().saturating_sub(start) > limit_ns {
+            if !SAID.swap(true, AcqRel) {
+                crate::guard::say(format_args!(
+                    "the work of a lease was still running after {} ms; the token is given back anyway",
+                    limit_ns / 1_000_000
+                ));
+            }
+            return false;
+        }
+        polls += 1;
+        if polls < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    true
 }
 
 /// The lease this process holds, as the gate's bookkeeping (pure, unit-tested).
@@ -289,6 +320,13 @@ impl Lease {
             deadline: now.saturating_add(lease_ns),
             ..Lease::NONE
         };
+    }
+
+    /// How long the end of this lease waits for its work: four leases, at least 100 ms.
+    pub fn wait_limit(&self) -> u64 {
+        (self.deadline.saturating_sub(self.granted_at))
+            .saturating_mul(4)
+            .max(100_000_000)
     }
 
     /// Ends the lease after its work finished at `now`; returns the GPU time to report. When
@@ -338,6 +376,19 @@ mod tests {
     fn unused_leases_are_given_back_a_quarter_lease_late() {
         assert_eq!(idle_slack(20_000_000), 5_000_000);
         assert_eq!(idle_slack(1_000_000), 2_000_000);
+    }
+
+    #[test]
+    fn bounded_waits() {
+        let mut l = Lease::NONE;
+        l.grant(0, 20_000_000);
+        assert_eq!(l.wait_limit(), 100_000_000);
+        l.grant(0, 50_000_000);
+        assert_eq!(l.wait_limit(), 200_000_000);
+        let start = now_ns();
+        assert!(!wait_until_done(|| false, 2_000_000));
+        assert!(now_ns() - start >= 2_000_000);
+        assert!(wait_until_done(|| true, 0));
     }
 
     #[test]

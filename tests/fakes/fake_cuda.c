@@ -198,7 +198,8 @@ EXPORT CUresult cuEventRecord(void *e, CUstream s) {
   __sync_fetch_and_add(&events_recorded, 1); return OK;
 }
 EXPORT CUresult cuEventRecord_ptsz(void *e, CUstream s) { return cuEventRecord(e, s); }
-EXPORT CUresult cuEventQuery(void *e) { (void)e; return OK; }
+/* FAKE_CUDA_NEVER_DONE: events never complete (work that waits on another process). */
+EXPORT CUresult cuEventQuery(void *e) { (void)e; return getenv("FAKE_CUDA_NEVER_DONE") ? 600 : OK; }
 EXPORT CUresult cuEventSynchronize(void *e) { (void)e; return OK; }
 EXPORT CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
 
