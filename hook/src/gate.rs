@@ -21,7 +21,10 @@ static DEADLINE: AtomicU64 = AtomicU64::new(0);
 static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
 /// The idle releaser thread runs (see [`watch`]).
 static WATCHER: AtomicBool = AtomicBool::new(false);
-/// Set by an `atexit` handler: the idle releaser makes no more driver calls.
+/// The idle releaser, woken at each grant.
+static WATCHER_THREAD: ForkSafe<Option<std::thread::Thread>> = ForkSafe::new(None);
+/// Set by an `atexit` handler: from then on the hook neither waits for nor talks to the daemon,
+/// and the idle releaser makes no more driver calls.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// The launch's stream, as the gate needs it.
@@ -36,6 +39,7 @@ pub enum Stream {
 
 impl Stream {
     /// The handle that names the same stream in plain (non-`_ptsz`) driver calls.
+    #[inline(always)]
     fn handle(self) -> Option<CUstream> {
         match self {
             Stream::Of {
@@ -54,12 +58,8 @@ pub fn enter(stream: Stream) {
     if fast_now() >= DEADLINE.load(Relaxed) {
         renew(stream);
     }
-    if let Stream::Of { handle, per_thread } = stream {
-        streams::note(if per_thread && handle.is_null() {
-            CU_STREAM_PER_THREAD as CUstream
-        } else {
-            handle
-        });
+    if let Some(handle) = stream.handle() {
+        streams::note(handle);
     }
 }
 
@@ -104,6 +104,7 @@ fn renew(stream: Stream) {
             lease.context = current_context();
             DEADLINE.store(fast_deadline(lease_ns), Release);
             start_watcher();
+            wake_watcher();
         }
         None => ungate(),
     }
@@ -146,8 +147,15 @@ fn start_watcher() {
         .spawn(|| {
             let _ = std::panic::catch_unwind(watch);
         });
-    if spawned.is_err() {
-        WATCHER.store(false, Release);
+    match spawned {
+        Ok(handle) => *WATCHER_THREAD.lock() = Some(handle.thread().clone()),
+        Err(_) => WATCHER.store(false, Release),
+    }
+}
+
+fn wake_watcher() {
+    if let Some(t) = WATCHER_THREAD.lock().as_ref() {
+        t.unpark();
     }
 }
 
@@ -169,14 +177,15 @@ fn watch() {
         let seen = *GATE.lock();
         let now = now_ns();
         if !seen.holding {
-            std::thread::sleep(Duration::from_millis(5));
+            // Woken by the next grant.
+            std::thread::park_timeout(Duration::from_millis(500));
             continue;
         }
         let wake = seen
             .deadline
             .saturating_add(idle_slack(seen.deadline - seen.granted_at));
         if now < wake {
-            std::thread::sleep(Duration::from_nanos(wake - now));
+            std::thread::park_timeout(Duration::from_nanos(wake - now));
             continue;
         }
         let mut lease = GATE.lock();
@@ -344,6 +353,8 @@ pub fn after_fork_in_child() {
     DEADLINE.store(0, Release);
     // The idle releaser thread does not exist in the child.
     WATCHER.store(false, Release);
+    // SAFETY: called from the fork child handler.
+    unsafe { WATCHER_THREAD.reset(None) };
     streams::take(&mut [std::ptr::null_mut(); streams::MAX]);
     // SAFETY: called from the fork child handler.
     unsafe { GATE.reset(Lease::NONE) };
