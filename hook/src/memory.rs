@@ -52,10 +52,16 @@ fn counted(
     }
 }
 
-fn uncounted(kind: Kind, key: u64, r: CUresult) -> CUresult {
+/// Runs the free `f` of `key` and gives back what its allocation counted. The entry leaves the
+/// books before the real free: once the driver has freed the address, another thread's
+/// allocation may get it (and its own entry) at once.
+fn uncounted(kind: Kind, key: u64, f: impl FnOnce() -> CUresult) -> CUresult {
+    let bytes = LEDGER.lock().forget(kind, key);
+    let r = f();
     if r == CUDA_SUCCESS {
-        let bytes = LEDGER.lock().forget(kind, key);
         session::unreserve(bytes);
+    } else if bytes > 0 {
+        LEDGER.lock().record(kind, key, bytes);
     }
     r
 }
@@ -119,10 +125,10 @@ pub unsafe fn alloc_pitch(
         Reservation::Unmanaged => r,
         Reservation::OverCap => {
             type Free = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
-            if let Some(free) = helper::<Free>(Helper::cuMemFree_v2) {
-                free(read(dptr));
-            }
-            session::unreserve(LEDGER.lock().forget(Kind::Pointer, read(dptr)));
+            let free = helper::<Free>(Helper::cuMemFree_v2);
+            uncounted(Kind::Pointer, read(dptr), || {
+                free.map_or(CUDA_SUCCESS, |f| f(read(dptr)))
+            });
             CUDA_ERROR_OUT_OF_MEMORY
         }
     }
@@ -132,7 +138,7 @@ pub unsafe fn free(
     real: unsafe extern "C" fn(CUdeviceptr) -> CUresult,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    uncounted(Kind::Pointer, dptr, real(dptr))
+    uncounted(Kind::Pointer, dptr, || real(dptr))
 }
 
 /// Trims the pool to nothing cached (`pool` null: the current device's current pool).
@@ -188,7 +194,7 @@ pub unsafe fn free_async(
     dptr: CUdeviceptr,
     stream: CUstream,
 ) -> CUresult {
-    uncounted(Kind::Pointer, dptr, real(dptr, stream))
+    uncounted(Kind::Pointer, dptr, || real(dptr, stream))
 }
 
 /// `cuMemCreate`: physical memory; counted when it is on a device (mapping it allocates
@@ -218,7 +224,7 @@ pub unsafe fn release(
     real: unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult,
     handle: CUmemGenericAllocationHandle,
 ) -> CUresult {
-    uncounted(Kind::Handle, handle, real(handle))
+    uncounted(Kind::Handle, handle, || real(handle))
 }
 
 pub unsafe fn array_create(
@@ -261,7 +267,7 @@ pub unsafe fn array_destroy(
     real: unsafe extern "C" fn(CUarray) -> CUresult,
     array: CUarray,
 ) -> CUresult {
-    uncounted(Kind::Array, array as u64, real(array))
+    uncounted(Kind::Array, array as u64, || real(array))
 }
 
 pub unsafe fn mipmapped_array_create(
@@ -296,5 +302,5 @@ pub unsafe fn mipmapped_array_destroy(
     real: unsafe extern "C" fn(CUmipmappedArray) -> CUresult,
     array: CUmipmappedArray,
 ) -> CUresult {
-    uncounted(Kind::Array, array as u64, real(array))
+    uncounted(Kind::Array, array as u64, || real(array))
 }
