@@ -4,8 +4,13 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::Duration;
 
 use proto::protocol::{frame_len, Reply, Request, MAX_FRAME};
+
+/// How long the daemon may take to answer a request other than `Acquire` before the hook
+/// considers it gone (and the process runs unmanaged).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Link {
     stream: UnixStream,
@@ -13,9 +18,9 @@ pub struct Link {
 
 impl Link {
     pub fn connect(path: &Path) -> io::Result<Link> {
-        Ok(Link {
-            stream: UnixStream::connect(path)?,
-        })
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+        Ok(Link { stream })
     }
 
     pub fn fd(&self) -> RawFd {
@@ -30,10 +35,18 @@ impl Link {
         self.stream.write_all(frame.as_bytes())
     }
 
-    /// Sends a request and waits for its reply.
+    /// Sends a request and waits for its reply, at most [`REPLY_TIMEOUT`].
     pub fn call(&mut self, req: &Request) -> io::Result<Reply> {
         self.send(req)?;
         self.receive()
+    }
+
+    /// Sends a request whose reply comes when the daemon decides (`Acquire`): no time limit.
+    pub fn call_untimed(&mut self, req: &Request) -> io::Result<Reply> {
+        self.stream.set_read_timeout(None)?;
+        let reply = self.call(req);
+        self.stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+        reply
     }
 
     fn receive(&mut self) -> io::Result<Reply> {

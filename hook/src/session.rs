@@ -211,7 +211,7 @@ fn unexpected(r: Reply) -> std::io::Error {
 
 /// Blocks until the daemon grants the token; the lease length, or `None` when unmanaged.
 pub fn acquire() -> Option<u64> {
-    with_link(|l| match l.call(&Request::Acquire)? {
+    with_link(|l| match l.call_untimed(&Request::Acquire)? {
         Reply::Grant { lease_ns } => Ok(lease_ns),
         r => Err(unexpected(r)),
     })
