@@ -1174,3 +1174,57 @@ fn the_end_of_a_lease_waits_a_bounded_time() {
     // 60 ms of kernels, then at most 100 ms per lease end.
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
 }
+
+/// When the daemon goes away, processes carry on unmanaged and say so once.
+#[test]
+fn a_lost_daemon_leaves_processes_running_unmanaged() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let mut d = Daemon::start("[clients.capped]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kernels.log");
+    let child = Run::new(Via::ProcAddress)
+        .daemon(&d)
+        .client("capped")
+        .log(&log)
+        .command(&[
+            "launch:30:1000000",
+            "alloc:1048576",
+            "sleep:700",
+            "launch:30:1000000",
+            "alloc:1048576",
+            "info",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let l: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        l,
+        [
+            "init 0".to_string(),
+            "launch 30 -> 0".into(),
+            "alloc 1048576 -> 0".into(),
+            "launch 30 -> 0".into(),
+            // Unmanaged now: the cap no longer applies.
+            "alloc 1048576 -> 0".into(),
+            format!("info free={} total={} -> 0", 16 * GIB - 2 * MIB, 16 * GIB),
+        ],
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("gpushare: lost the daemon").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(kernels(&log).len(), 60);
+}
