@@ -183,7 +183,6 @@ fn attach(socket: &Path, client: &str) -> (UnixStream, Reply) {
 }
 
 #[test]
-#[ignore = "needs GpuManager wired into gpushared (daemon::run)"]
 fn gpushared_sets_and_restores_the_compute_mode_and_runs_mps() {
     let mut d = Daemon::start("count 1\nmode 0 0\n", "");
     d.wait_for("MPS control daemon", || d.control_pid().is_some_and(alive));
@@ -220,7 +219,6 @@ fn gpushared_sets_and_restores_the_compute_mode_and_runs_mps() {
 }
 
 #[test]
-#[ignore = "needs GpuManager wired into gpushared (daemon::run)"]
 fn gpushared_restarts_a_killed_mps_control_daemon() {
     let mut d = Daemon::start("count 1\n", "");
     d.wait_for("MPS control daemon", || d.control_pid().is_some_and(alive));
@@ -236,7 +234,6 @@ fn gpushared_restarts_a_killed_mps_control_daemon() {
 }
 
 #[test]
-#[ignore = "needs GpuManager wired into gpushared (daemon::run)"]
 fn gpushared_warns_about_an_unattached_process_but_not_an_attached_one() {
     let mut d = Daemon::start("count 1\n", "unattached = \"warn\"");
     let (_stream, welcome) = attach(&d.socket(), "train");
@@ -259,7 +256,6 @@ fn gpushared_warns_about_an_unattached_process_but_not_an_attached_one() {
 }
 
 #[test]
-#[ignore = "needs GpuManager wired into gpushared (daemon::run)"]
 fn gpushared_kills_an_unattached_process_but_not_mps() {
     let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
     let mut d = Daemon::start("count 1\n", "unattached = \"kill\"");
