@@ -112,7 +112,7 @@ impl Rig {
         let options = GpuOptions {
             mps: MpsTiming {
                 backoff_initial: Duration::from_millis(200),
-                backoff_max: Duration::from_millis(800),
+                backoff_max: Duration::from_millis(600),
                 max_restarts: 3,
                 restart_window: Duration::from_secs(60),
                 stable_after: Duration::from_secs(60),
@@ -453,15 +453,19 @@ async fn mps_that_keeps_dying_is_given_up_and_the_compute_mode_restored() {
     let gpu = rig.start(&cfg).await.unwrap();
     assert_eq!(rig.mode(0), 3);
 
-    let mut died = 0;
+    let mut waits = Vec::new();
     let reason = loop {
         match rig.next_non_start_event(Duration::from_secs(10)).await {
-            GpuEvent::MpsDied { .. } => died += 1,
+            GpuEvent::MpsDied { restart_in, .. } => waits.push(restart_in.as_millis()),
             GpuEvent::MpsGaveUp { reason } => break reason,
             e => panic!("unexpected {e:?}"),
         }
     };
-    assert_eq!(died, 3, "gives up after max_restarts restarts");
+    assert_eq!(
+        waits,
+        [200, 400, 600],
+        "doubling up to backoff_max, then giving up after max_restarts restarts"
+    );
     assert!(reason.contains("exited with status 1"), "{reason}");
     assert!(
         reason.contains("cannot open the pipe directory"),

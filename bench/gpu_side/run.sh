@@ -223,9 +223,11 @@ wait_until 15 test -S "$SOCK"
 socket_up=$?
 wait_until 10 control_pid >/dev/null
 CPID=$(control_pid)
-wait_until 5 test -e "$PIPE/control"
-check daemon_starts_mps "$([ $socket_up = 0 ] && [ -n "$CPID" ] && [ -e "$PIPE/control" ] && echo true || echo false)" \
+wait_until 10 mps_ctl get_server_list >/dev/null
+answers=$?
+check daemon_starts_mps "$([ $socket_up = 0 ] && [ -n "$CPID" ] && [ $answers = 0 ] && echo true || echo false)" \
     daemon_pid=$DPID control_pid="${CPID:-null}" seconds=$((SECONDS - t0)) \
+    control_answers=$([ $answers = 0 ] && echo true || echo false) \
     pipe_dir_mode="$(stat -c %a "$PIPE" 2>/dev/null)" log_tail="$(tail -3 "$DLOG" | tr '\n' '|')"
 
 # ---- 2. four PyTorch jobs at once under MPS ----
@@ -236,9 +238,13 @@ for i in 1 2 3 4; do
     pids+=("$JOB_PID")
 done
 max_clients=0
+apps=
 while pgrep -f "job.py four" >/dev/null; do
     n=$(mps_client_count)
-    [ "$n" -gt "$max_clients" ] && max_clients=$n
+    if [ "$n" -gt "$max_clients" ]; then
+        max_clients=$n
+        apps=$(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>/dev/null | tr '\n' '|')
+    fi
     sleep 0.5
 done
 ok=true
@@ -255,6 +261,7 @@ overlap=$(calc "max([$(join_comma "${starts[@]}")]) < min([$(join_comma "${ends[
 [ "$max_clients" -ge 4 ] || ok=false
 [ "$overlap" = True ] || ok=false
 check four_jobs_under_mps "$ok" client_mode=$HOOK_MODE mps_clients_seen=$max_clients \
+    nvidia_smi_compute_apps="$apps" \
     overlapped="$overlap" compute_s="${times[*]}" \
     pipe_dir_seen_by_job="$(field "$WORK/four1.out" done mps_pipe_dir)" \
     errors="$(cat "$WORK"/four*.err 2>/dev/null | grep -v '^gpushare' | tail -2 | tr '\n' '|')"
