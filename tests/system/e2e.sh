@@ -1,0 +1,411 @@
+#!/bin/bash
+# System test: the gpushare .deb in a booted Debian 12 container.
+#
+# Builds the package (dist/build-deb.sh, lintian included) unless GPUSHARE_DEB
+# names one, makes a Debian bookworm rootfs with debootstrap (cached per day
+# under $E2E_CACHE), boots a copy of it with systemd-nspawn, and checks inside:
+# install, start with sd-notify readiness, watchdog, D-Bus API and policy,
+# authorization of writes, CLI, profile.d opt-in, journald logs, reload, stop,
+# and that a purge leaves nothing behind.
+#
+# Runs as root. Needs no GPU: the daemon runs with [gpu] nvml = false.
+# Environment: GPUSHARE_DEB (prebuilt .deb), E2E_CACHE (default
+# /var/cache/gpushare-e2e), E2E_MIRROR (default http://deb.debian.org/debian),
+# E2E_KEEP=1 (leave the container running for inspection).
+# Prints "N passed, M failed" last and exits non-zero on any failure.
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cache=${E2E_CACHE:-/var/cache/gpushare-e2e}
+mirror=${E2E_MIRROR:-http://deb.debian.org/debian}
+suite=bookworm
+started=$(date +%s)
+
+say() { printf '%s e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { say "$*"; echo "0 passed, 1 failed"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (debootstrap, systemd-nspawn, nsenter)"
+
+# ---- host tools ----
+missing=()
+need() { command -v "$1" >/dev/null || missing+=("$2"); }
+need systemd-nspawn systemd-container
+need debootstrap debootstrap
+need nsenter util-linux
+need dpkg-buildpackage dpkg-dev
+need dh debhelper
+need lintian lintian
+need man man-db
+need python3 python3
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
+        || die "could not install ${missing[*]}"
+fi
+
+# ---- checks ----
+passed=0
+failed=0
+failures=()
+checklog=$(mktemp)
+# check NAME COMMAND...: runs COMMAND, counts the result, shows its output on failure.
+check() {
+    local name=$1
+    shift
+    if "$@" >"$checklog" 2>&1; then
+        passed=$((passed + 1))
+        printf 'ok   - %s\n' "$name"
+    else
+        failed=$((failed + 1))
+        failures+=("$name")
+        printf 'FAIL - %s\n' "$name"
+        sed 's/^/       | /' "$checklog" | tail -n 30
+    fi
+}
+
+# ---- the package ----
+if [ -n "${GPUSHARE_DEB-}" ]; then
+    deb=$(realpath "$GPUSHARE_DEB")
+    [ -f "$deb" ] || die "GPUSHARE_DEB=$GPUSHARE_DEB does not exist"
+else
+    say "building the package"
+    debdir=$(mktemp -d)
+    check "package builds and lintian reports no errors" \
+        env LINTIAN=1 "$repo/dist/build-deb.sh" "$debdir"
+    deb=$(ls "$debdir"/gpushare_*.deb 2>/dev/null | head -n 1)
+    [ -n "$deb" ] || die "no package was built"
+fi
+check "man pages render without warnings" "$repo/tests/system/check-man.sh"
+
+# ---- the rootfs, cached per day ----
+rootfs="$cache/$suite-$(date -u +%Y%m%d)"
+if [ ! -f "$rootfs/.complete" ]; then
+    say "debootstrap $suite into $rootfs"
+    mkdir -p "$cache"
+    rm -rf "$rootfs.tmp"
+    debootstrap --variant=minbase \
+        --include=systemd,systemd-sysv,dbus,libpam-systemd,polkitd,passwd,procps \
+        "$suite" "$rootfs.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1 \
+        || { tail -n 20 "$cache/debootstrap.log" >&2; die "debootstrap failed"; }
+    touch "$rootfs.tmp/.complete"
+    mv "$rootfs.tmp" "$rootfs"
+    # Older days' copies are no longer needed.
+    find "$cache" -mindepth 1 -maxdepth 1 -name "$suite-*" ! -path "$rootfs" -exec rm -rf {} +
+fi
+
+work=$(mktemp -d /var/tmp/gpushare-e2e.XXXXXX)
+root="$work/root"
+machine="gpushare-e2e-$$"
+nspawn_pid=
+init_pid=
+
+cleanup() {
+    if [ "${E2E_KEEP-0}" = 1 ] && [ -n "$init_pid" ]; then
+        say "container kept: nsenter -t $init_pid -a bash; stop it with kill $nspawn_pid"
+        return
+    fi
+    if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
+        # SIGTERM makes systemd-nspawn shut the container down cleanly.
+        kill "$nspawn_pid" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$nspawn_pid" 2>/dev/null
+        wait "$nspawn_pid" 2>/dev/null
+    fi
+    rm -rf "$work" "$checklog"
+    [ -n "${debdir-}" ] && rm -rf "$debdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cp -a "$rootfs" "$root"
+cp "$deb" "$root/root/gpushare.deb"
+
+# ---- boot ----
+say "booting $machine"
+systemd-nspawn -b --register=no --keep-unit -M "$machine" -D "$root" --console=read-only \
+    </dev/null >"$work/console.log" 2>&1 &
+nspawn_pid=$!
+# The container's init is the child of systemd-nspawn that is PID 1 in its namespace.
+for _ in $(seq 100); do
+    for child in $(pgrep -P "$nspawn_pid"); do
+        if awk '/^NSpid:/ { exit !($NF == 1 && NF > 2) }' "/proc/$child/status" 2>/dev/null; then
+            init_pid=$child
+        fi
+    done
+    [ -n "$init_pid" ] && break
+    kill -0 "$nspawn_pid" 2>/dev/null || break
+    sleep 0.2
+done
+[ -n "$init_pid" ] || { tail -n 30 "$work/console.log" >&2; die "the container did not start"; }
+
+# ctr COMMAND...: runs COMMAND inside the container with a clean environment.
+ctr() {
+    nsenter -t "$init_pid" -a env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        LANG=C.UTF-8 HOME=/root "$@"
+}
+# as USER COMMAND...: runs COMMAND inside the container as USER.
+as() {
+    local user=$1
+    shift
+    ctr runuser -u "$user" -- env HOME="/home/$user" "$@"
+}
+
+booted() {
+    local state
+    state=$(ctr timeout 120 systemctl is-system-running --wait)
+    echo "system state: $state"
+    # "degraded" is fine: some units of a stock system fail in a container.
+    [ "$state" = running ] || [ "$state" = degraded ]
+}
+check "container boots (systemd reaches running)" booted
+
+# ---- helpers ----
+unit_prop() { ctr systemctl show -P "$2" "$1"; }
+
+expect_eq() {
+    # expect_eq WHAT EXPECTED ACTUAL
+    if [ "$2" = "$3" ]; then return 0; fi
+    echo "$1: expected '$2', got '$3'"
+    return 1
+}
+
+unit_state() {
+    # unit_state ACTIVE_STATE [RESULT]
+    local active result
+    active=$(unit_prop gpushare.service ActiveState)
+    result=$(unit_prop gpushare.service Result)
+    echo "ActiveState=$active Result=$result SubState=$(unit_prop gpushare.service SubState)"
+    [ "$active" = "$1" ] && { [ -z "${2-}" ] || [ "$result" = "$2" ]; }
+}
+
+manager() {
+    # manager [busctl options] METHOD [SIGNATURE ARGS...], as root
+    ctr busctl call org.gpushare1 /org/gpushare1 org.gpushare1.Manager "$@"
+}
+
+# client_field [USER] NAME KEY: prints KEY of client NAME from ListClients.
+client_field() {
+    local user=root
+    if [ $# = 3 ]; then user=$1; shift; fi
+    local json
+    if [ "$user" = root ]; then
+        json=$(ctr busctl --json=short call org.gpushare1 /org/gpushare1 org.gpushare1.Manager ListClients)
+    else
+        json=$(as "$user" busctl --json=short call org.gpushare1 /org/gpushare1 org.gpushare1.Manager ListClients)
+    fi || return 1
+    python3 -c '
+import json, sys
+name, key = sys.argv[1], sys.argv[2]
+for c in json.loads(sys.stdin.read())["data"][0]:
+    if c.get("name", {}).get("data") == name:
+        v = c.get(key, {}).get("data")
+        print(v if v is not None else "<no %s>" % key)
+        sys.exit(0)
+print("<no client %s>" % name)
+' "$1" "$2" <<<"$json"
+}
+
+# fails COMMAND...: COMMAND must fail.
+fails() { ! "$@"; }
+# output_matches REGEX COMMAND...: COMMAND succeeds and its output matches REGEX.
+output_matches() {
+    local re=$1 out
+    shift
+    out=$("$@" 2>&1) || { echo "$out"; echo "(exit status $?)"; return 1; }
+    echo "$out"
+    grep -Eq -- "$re" <<<"$out"
+}
+# output_is EXPECTED COMMAND...: COMMAND prints exactly EXPECTED.
+output_is() {
+    local want=$1 out
+    shift
+    out=$("$@" 2>&1)
+    echo "[$out]"
+    [ "$out" = "$want" ]
+}
+# fails_matching REGEX COMMAND...: COMMAND fails and its output matches REGEX.
+fails_matching() {
+    local re=$1 out
+    shift
+    if out=$("$@" 2>&1); then echo "succeeded: $out"; return 1; fi
+    echo "$out"
+    grep -Eqi -- "$re" <<<"$out"
+}
+
+near() {
+    # near WHAT EXPECTED ACTUAL: floating point comparison
+    python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > 1e-6)' "$2" "$3" 2>/dev/null \
+        && return 0
+    echo "$1: expected $2, got $3"
+    return 1
+}
+
+# ---- users and the test configuration ----
+ctr useradd -m -s /bin/bash bob
+ctr useradd -m -s /bin/bash carol
+ctr groupadd gpuadmins
+ctr usermod -aG gpuadmins carol
+
+# Placed before installing, kept by --force-confold: the first start already
+# runs with it. nvml = false: there is no GPU here.
+mkdir -p "$root/etc/gpushare"
+write_config() {
+    cat >"$root/etc/gpushare/gpushare.toml" <<EOF
+[daemon]
+admin_groups = ["gpuadmins"]
+[gpu]
+nvml = false
+[defaults]
+limit = 1.0
+[clients.train]
+request = $1
+limit = 1.0
+memory = "1GiB"
+users = ["bob", "carol"]
+EOF
+}
+write_config 0.25
+
+# ---- install ----
+say "installing the package"
+check "dpkg -i installs the package" \
+    ctr dpkg -i --force-confold --force-confdef /root/gpushare.deb
+ctr dpkg -L gpushare >"$work/files" 2>/dev/null
+check "installed files are in place" ctr sh -ec '
+    test -x /usr/bin/gpushared
+    test -x /usr/bin/gpushare
+    test -f /usr/lib/x86_64-linux-gnu/libgpushare.so
+    test -f /usr/lib/systemd/system/gpushare.service
+    test -f /usr/share/dbus-1/system.d/org.gpushare1.conf
+    test -f /usr/share/polkit-1/actions/org.gpushare1.policy
+    test -f /etc/gpushare/gpushare.toml
+    test -f /etc/profile.d/gpushare.sh
+    test -f /usr/share/man/man5/gpushare.toml.5.gz
+    test -f /usr/share/man/man7/libgpushare.7.gz'
+check "the config is a conffile" ctr sh -c 'dpkg-query -W -f="\${Conffiles}" gpushare | grep -q " /etc/gpushare/gpushare.toml "'
+check "unit verifies (systemd-analyze verify)" \
+    ctr sh -c 'out=$(systemd-analyze verify --man=no gpushare.service 2>&1); echo "$out"; [ -z "$out" ]'
+check "polkit knows org.gpushare1.manage" ctr sh -c 'pkaction --action-id org.gpushare1.manage --verbose'
+check "postinst enabled the unit" expect_eq is-enabled enabled "$(ctr systemctl is-enabled gpushare.service)"
+check "postinst started the unit" unit_state active
+
+# ---- start, readiness, watchdog ----
+ctr systemctl stop gpushare.service
+check "stop: unit inactive, not failed" unit_state inactive success
+check "stop removes /run/gpushare" ctr sh -c '! test -e /run/gpushare'
+check "systemctl start reaches active" ctr systemctl start gpushare.service
+check "unit is active after start (sd-notify readiness)" unit_state active
+check "main process is gpushared" \
+    expect_eq comm gpushared "$(ctr ps -o comm= -p "$(unit_prop gpushare.service MainPID)")"
+check "daemon owns org.gpushare1 on the system bus" \
+    ctr sh -c 'busctl status org.gpushare1 | grep -q "^Comm=gpushared"'
+check "socket exists and is world-connectable" ctr sh -c '
+    test -S /run/gpushare/gpushare.sock
+    mode=$(stat -c %a /run/gpushare/gpushare.sock); echo "socket mode $mode"
+    [ "$mode" = 666 ] || [ "$mode" = 777 ]
+    dir=$(stat -c %a /run/gpushare); echo "dir mode $dir"; [ "$dir" = 755 ]'
+check "an unprivileged user can connect to the socket" as bob perl -MIO::Socket::UNIX -e '
+    IO::Socket::UNIX->new(Peer => "/run/gpushare/gpushare.sock") or die "connect: $!\n"'
+
+mkdir -p "$root/etc/systemd/system/gpushare.service.d"
+printf '[Service]\nWatchdogSec=3s\n' >"$root/etc/systemd/system/gpushare.service.d/watchdog.conf"
+ctr systemctl daemon-reload
+ctr systemctl restart gpushare.service
+pid_before=$(unit_prop gpushare.service MainPID)
+sleep 8
+check "daemon keeps the watchdog fed (WatchdogSec=3s, 8 s)" sh -c '
+    [ "$1" = active ] && [ "$2" = "$3" ] && [ "$4" = 0 ] ||
+    { echo "ActiveState=$1 MainPID $2 -> $3 NRestarts=$4"; exit 1; }' _ \
+    "$(unit_prop gpushare.service ActiveState)" "$pid_before" \
+    "$(unit_prop gpushare.service MainPID)" "$(unit_prop gpushare.service NRestarts)"
+rm -rf "$root/etc/systemd/system/gpushare.service.d"
+ctr systemctl daemon-reload
+
+# ---- D-Bus API ----
+check "busctl introspect shows the Manager interface" ctr sh -c '
+    out=$(busctl introspect org.gpushare1 /org/gpushare1) || exit 1
+    echo "$out" | grep -E "^org.gpushare1.Manager +interface" &&
+    echo "$out" | grep -E "^\.ListClients +method" &&
+    echo "$out" | grep -E "^\.SetShare +method" &&
+    echo "$out" | grep -E "^\.Version +property"'
+check "ListClients as root" manager ListClients
+check "ListClients lists the configured client" near request 0.25 "$(client_field train request)"
+check "Version property" ctr busctl get-property org.gpushare1 /org/gpushare1 org.gpushare1.Manager Version
+check "an unprivileged user may call ListClients" \
+    as bob busctl call org.gpushare1 /org/gpushare1 org.gpushare1.Manager ListClients
+check "an unprivileged user may read properties" \
+    as bob busctl get-property org.gpushare1 /org/gpushare1 org.gpushare1.Manager Version
+check "an unprivileged user may not own org.gpushare1" fails \
+    as bob timeout 10 busctl call org.freedesktop.DBus /org/freedesktop/DBus \
+    org.freedesktop.DBus RequestName su org.gpushare1 4
+
+# ---- reload ----
+write_config 0.3
+pid_before=$(unit_prop gpushare.service MainPID)
+check "systemctl reload gpushare" ctr systemctl reload gpushare.service
+sleep 1
+check "reload keeps the daemon running" sh -c '[ "$1" = active ] && [ "$2" = "$3" ]' _ \
+    "$(unit_prop gpushare.service ActiveState)" "$pid_before" "$(unit_prop gpushare.service MainPID)"
+check "reload applies the changed config" near request 0.3 "$(client_field train request)"
+
+# ---- authorization of writes ----
+check "root: gpushare set changes a share" ctr gpushare set train --request 0.5
+check "root: the change is visible in ListClients" near request 0.5 "$(client_field train request)"
+check "root: gpushare clients lists it" ctr sh -c 'gpushare clients | grep -w train'
+check "unprivileged: gpushare set is refused" \
+    fails_matching 'authori' as bob gpushare set train --request 0.1
+check "unprivileged: SetShare over D-Bus is refused (NotAuthorized)" \
+    fails_matching 'NotAuthorized|not authorized' as bob busctl call org.gpushare1 /org/gpushare1 org.gpushare1.Manager SetShare sdd train 0.1 1.0
+check "unprivileged: the share is unchanged" near request 0.5 "$(client_field bob train request)"
+check "unprivileged: gpushare clients works" as bob gpushare clients
+check "admin_groups member: gpushare set is allowed" as carol gpushare set train --request 0.4
+check "admin_groups member: the change is visible" near request 0.4 "$(client_field train request)"
+
+# ---- CLI and hook wiring ----
+check "gpushare run preloads the hook and names the client" \
+    output_is "/usr/lib/x86_64-linux-gnu/libgpushare.so train" as bob gpushare run --name train -- sh -c 'echo "$LD_PRELOAD $GPUSHARE_CLIENT"'
+mkdir -p "$root/home/bob/.config/gpushare"
+touch "$root/home/bob/.config/gpushare/auto"
+check "profile.d: a user who opted in gets the hook at login" \
+    output_is "/usr/lib/x86_64-linux-gnu/libgpushare.so ok" ctr runuser -l bob -c 'echo "$LD_PRELOAD $(ls / >/dev/null && echo ok)"'
+check "profile.d: other users get nothing" output_is "" ctr runuser -l carol -c 'echo "${LD_PRELOAD-}"'
+
+# ---- logs ----
+check "journalctl -u gpushare shows the daemon's own log" output_matches . \
+    ctr journalctl -u gpushare.service _COMM=gpushared --no-pager -o short
+
+# ---- stop ----
+check "systemctl stop gpushare" ctr systemctl stop gpushare.service
+check "stopped cleanly: inactive, result success" unit_state inactive success
+check "no gpushared process is left" ctr sh -c '! pgrep -a gpushared'
+
+# ---- purge ----
+ctr systemctl start gpushare.service
+check "apt-get purge gpushare" ctr sh -c 'DEBIAN_FRONTEND=noninteractive apt-get purge -y gpushare'
+left_behind() {
+    local left=0 f
+    while read -r f; do
+        if ctr test -f "$f" -o -L "$f"; then echo "left: $f"; left=1; fi
+    done <"$work/files"
+    for f in /etc/gpushare /var/log/gpushare /run/gpushare /usr/share/doc/gpushare \
+             /etc/systemd/system/multi-user.target.wants/gpushare.service \
+             /lib/systemd/system/gpushare.service; do
+        if ctr test -e "$f"; then echo "left: $f"; left=1; fi
+    done
+    [ "$(ctr systemctl list-unit-files --no-legend gpushare.service | wc -l)" = 0 ] \
+        || { echo "unit file still known"; left=1; }
+    ctr sh -c '! pgrep -a gpushared' || left=1
+    [ -s "$work/files" ] || { echo "no file list"; left=1; }
+    return $left
+}
+check "purge leaves nothing behind" left_behind
+
+elapsed=$(($(date +%s) - started))
+if [ "$failed" -gt 0 ]; then
+    say "failed: ${failures[*]}"
+    ctr journalctl -u gpushare.service --no-pager -n 40 2>/dev/null | sed 's/^/journal | /' >&2
+fi
+say "done in ${elapsed}s"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
