@@ -162,7 +162,11 @@ pub struct Frame {
 
 impl Frame {
     fn new(tag: u8) -> Self {
-        let mut w = Frame { buf: [0; MAX_FRAME + 4], len: 4, overflow: false };
+        let mut w = Frame {
+            buf: [0; MAX_FRAME + 4],
+            len: 4,
+            overflow: false,
+        };
         w.put(&[tag]);
         w
     }
@@ -214,15 +218,21 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
     fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or([0; 4])))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or([0; 4]),
+        ))
     }
     fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or([0; 8])))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or([0; 8]),
+        ))
     }
     fn str(&mut self) -> Result<String, DecodeError> {
         let n = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or([0; 2])) as usize;
         let b = self.take(n)?;
-        std::str::from_utf8(b).map(str::to_owned).map_err(|_| DecodeError::BadUtf8)
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| DecodeError::BadUtf8)
     }
     fn end<T>(self, v: T) -> Result<T, DecodeError> {
         if self.rest.is_empty() {
@@ -348,8 +358,14 @@ impl Reply {
             },
             2 => Reply::Grant { lease_ns: r.u64()? },
             3 => Reply::Reserved { used: r.u64()? },
-            4 => Reply::OverCap { used: r.u64()?, cap: r.u64()? },
-            5 => Reply::Error { code: ErrorCode::from_u32(r.u32()?), message: r.str()? },
+            4 => Reply::OverCap {
+                used: r.u64()?,
+                cap: r.u64()?,
+            },
+            5 => Reply::Error {
+                code: ErrorCode::from_u32(r.u32()?),
+                message: r.str()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -369,10 +385,18 @@ mod tests {
     #[test]
     fn requests_round_trip() {
         for r in [
-            Request::Hello { version: PROTOCOL_VERSION, client: "train".into() },
-            Request::Hello { version: 7, client: String::new() },
+            Request::Hello {
+                version: PROTOCOL_VERSION,
+                client: "train".into(),
+            },
+            Request::Hello {
+                version: 7,
+                client: String::new(),
+            },
             Request::Acquire,
-            Request::Release { gpu_ns: 123_456_789 },
+            Request::Release {
+                gpu_ns: 123_456_789,
+            },
             Request::Reserve { bytes: 8 << 30 },
             Request::Unreserve { bytes: u64::MAX },
         ] {
@@ -395,8 +419,14 @@ mod tests {
             Reply::Grant { lease_ns: 5 },
             Reply::Reserved { used: 1 },
             Reply::OverCap { used: 2, cap: 3 },
-            Reply::Error { code: ErrorCode::NotAllowed, message: "no".into() },
-            Reply::Error { code: ErrorCode::Other(99), message: String::new() },
+            Reply::Error {
+                code: ErrorCode::NotAllowed,
+                message: "no".into(),
+            },
+            Reply::Error {
+                code: ErrorCode::Other(99),
+                message: String::new(),
+            },
         ] {
             let f = r.to_frame().unwrap();
             assert_eq!(Reply::decode(payload(&f)).unwrap(), r);
@@ -409,18 +439,32 @@ mod tests {
         assert_eq!(Request::decode(&[0]), Err(DecodeError::UnknownTag(0)));
         assert_eq!(Request::decode(&[3, 1, 2]), Err(DecodeError::Truncated));
         assert_eq!(Request::decode(&[2, 0]), Err(DecodeError::TrailingBytes));
-        assert_eq!(Request::decode(&[1, 1, 0, 0, 0, 2, 0, 0xff, 0xfe]), Err(DecodeError::BadUtf8));
+        assert_eq!(
+            Request::decode(&[1, 1, 0, 0, 0, 2, 0, 0xff, 0xfe]),
+            Err(DecodeError::BadUtf8)
+        );
         let long = "x".repeat(MAX_NAME + 1);
-        let f = Request::Hello { version: 1, client: long }.to_frame().unwrap();
+        let f = Request::Hello {
+            version: 1,
+            client: long,
+        }
+        .to_frame()
+        .unwrap();
         assert_eq!(Request::decode(&f[4..]), Err(DecodeError::TooLong));
         assert_eq!(frame_len(0u32.to_le_bytes()), Err(DecodeError::Empty));
-        assert_eq!(frame_len(((MAX_FRAME + 1) as u32).to_le_bytes()), Err(DecodeError::TooLong));
+        assert_eq!(
+            frame_len(((MAX_FRAME + 1) as u32).to_le_bytes()),
+            Err(DecodeError::TooLong)
+        );
     }
 
     #[test]
     fn oversized_messages_do_not_encode() {
         let big = "x".repeat(MAX_FRAME);
-        let r = Reply::Error { code: ErrorCode::Refused, message: big };
+        let r = Reply::Error {
+            code: ErrorCode::Refused,
+            message: big,
+        };
         assert_eq!(r.to_frame(), Err(DecodeError::TooLong));
     }
 
@@ -437,7 +481,10 @@ mod tests {
         .to_frame()
         .unwrap();
         for cut in 0..f.len() - 4 {
-            assert!(Reply::decode(&f[4..4 + cut]).is_err(), "prefix {cut} decoded");
+            assert!(
+                Reply::decode(&f[4..4 + cut]).is_err(),
+                "prefix {cut} decoded"
+            );
         }
     }
 }

@@ -1,0 +1,249 @@
+//! `gpushare`: the command line client of the org.gpushare1 D-Bus API, and `gpushare run`, which
+//! starts a program with the hook preloaded.
+
+mod output;
+mod run;
+
+use crate::bus::BusChoice;
+use crate::units::parse_bytes;
+use clap::{Parser, Subcommand};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use zbus::zvariant::OwnedValue;
+
+/// gpushare - share one NVIDIA GPU fairly between processes and users.
+///
+/// Shows and changes what gpushared does, and runs programs under it. Reading needs no
+/// privileges; changing clients needs root, a group in the daemon's admin_groups, or the polkit
+/// action org.gpushare1.manage. Errors from the daemon are printed as its sentence and exit with
+/// status 2.
+#[derive(Debug, Parser)]
+#[command(name = "gpushare", version)]
+pub struct Cli {
+    /// D-Bus bus the daemon serves on: system, session, or an address (unix:path=...).
+    #[arg(long, global = true, default_value = "system", env = "GPUSHARE_BUS")]
+    pub bus: BusChoice,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the daemon, its devices and its clients.
+    Status,
+    /// List clients with their shares and live usage.
+    Clients,
+    /// Change a client's request, limit or memory cap.
+    Set {
+        /// Client name.
+        name: String,
+        /// Guaranteed minimum share of GPU time, 0..1.
+        #[arg(long)]
+        request: Option<f64>,
+        /// Maximum share of GPU time, 0..1.
+        #[arg(long)]
+        limit: Option<f64>,
+        /// Device memory cap, e.g. 8GiB, or "unlimited".
+        #[arg(long)]
+        memory: Option<String>,
+    },
+    /// Add a client at run time.
+    Register {
+        /// Client name (letters, digits, '_', '-', '.').
+        name: String,
+        /// Guaranteed minimum share of GPU time, 0..1.
+        #[arg(long, default_value_t = 0.0)]
+        request: f64,
+        /// Maximum share of GPU time, 0..1.
+        #[arg(long, default_value_t = 1.0)]
+        limit: f64,
+        /// Device memory cap, e.g. 8GiB, or "unlimited".
+        #[arg(long, default_value = "unlimited")]
+        memory: String,
+        /// User (name or uid) who may attach as this client; repeatable; "*" for everyone.
+        #[arg(long = "user")]
+        users: Vec<String>,
+        /// Group (name or gid) whose members may attach as this client; repeatable.
+        #[arg(long = "group")]
+        groups: Vec<String>,
+    },
+    /// Remove a client added with `register`.
+    Unregister {
+        /// Client name.
+        name: String,
+    },
+    /// Make the daemon read its config file again.
+    Reload,
+    /// Run a program under gpushare: with the hook preloaded, attached as a client.
+    Run {
+        /// Attach as this client (default: your user's default client).
+        #[arg(long)]
+        name: Option<String>,
+        /// The hook library to preload.
+        #[arg(long, env = "GPUSHARE_HOOK", default_value = run::DEFAULT_HOOK)]
+        hook: PathBuf,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+}
+
+#[zbus::proxy(
+    interface = "org.gpushare1.Manager",
+    default_service = "org.gpushare1",
+    default_path = "/org/gpushare1"
+)]
+pub trait Manager {
+    fn register_client(
+        &self,
+        name: &str,
+        request: f64,
+        limit: f64,
+        memory: u64,
+        users: &[String],
+        groups: &[String],
+    ) -> zbus::Result<()>;
+    fn unregister_client(&self, name: &str) -> zbus::Result<()>;
+    fn set_share(&self, name: &str, request: f64, limit: f64) -> zbus::Result<()>;
+    fn set_memory_cap(&self, name: &str, bytes: u64) -> zbus::Result<()>;
+    fn list_clients(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
+    fn list_devices(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
+    fn reload(&self) -> zbus::Result<()>;
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn config_path(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn config_error(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn attached_processes(&self) -> zbus::Result<u32>;
+}
+
+/// A failure with the exit status it gets: 2 for errors the daemon reported, 1 for the rest.
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+impl From<zbus::Error> for Failure {
+    fn from(e: zbus::Error) -> Self {
+        match e {
+            zbus::Error::MethodError(name, Some(msg), _) => Failure {
+                message: format!("{msg} ({})", name.as_str()),
+                code: 2,
+            },
+            zbus::Error::MethodError(name, None, _) => Failure {
+                message: name.to_string(),
+                code: 2,
+            },
+            other => Failure {
+                message: format!(
+                    "cannot reach gpushared: {other}; is the gpushare service running?"
+                ),
+                code: 1,
+            },
+        }
+    }
+}
+
+fn usage(message: String) -> Failure {
+    Failure { message, code: 2 }
+}
+
+fn memory_arg(text: &str) -> Result<u64, Failure> {
+    parse_bytes(text)
+        .map(|b| b.unwrap_or(0))
+        .map_err(|e| usage(format!("--memory: {e}")))
+}
+
+fn fraction_arg(what: &str, v: f64) -> Result<f64, Failure> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(usage(format!("--{what} {v} is outside 0..1")))
+    }
+}
+
+async fn proxy(bus: &BusChoice) -> Result<ManagerProxy<'static>, Failure> {
+    let conn = bus.builder()?.build().await?;
+    Ok(ManagerProxy::new(&conn).await?)
+}
+
+pub async fn run(cli: Cli) -> Result<(), Failure> {
+    if let Command::Run {
+        name,
+        hook,
+        command,
+    } = cli.command
+    {
+        return run::exec(name.as_deref(), &hook, &command)
+            .map_err(|message| Failure { message, code: 1 });
+    }
+    let m = proxy(&cli.bus).await?;
+    match cli.command {
+        Command::Status => {
+            let version = m.version().await?;
+            let config_path = m.config_path().await?;
+            let config_error = m.config_error().await?;
+            let attached = m.attached_processes().await?;
+            let devices = m.list_devices().await?;
+            let clients = m.list_clients().await?;
+            output::status(
+                cli.json,
+                &version,
+                &config_path,
+                &config_error,
+                attached,
+                &devices,
+                &clients,
+            );
+        }
+        Command::Clients => output::clients(cli.json, &m.list_clients().await?),
+        Command::Set {
+            name,
+            request,
+            limit,
+            memory,
+        } => {
+            if request.is_none() && limit.is_none() && memory.is_none() {
+                return Err(usage(
+                    "nothing to set: give --request, --limit or --memory".into(),
+                ));
+            }
+            if request.is_some() || limit.is_some() {
+                let r = request
+                    .map(|v| fraction_arg("request", v))
+                    .transpose()?
+                    .unwrap_or(-1.0);
+                let l = limit
+                    .map(|v| fraction_arg("limit", v))
+                    .transpose()?
+                    .unwrap_or(-1.0);
+                m.set_share(&name, r, l).await?;
+            }
+            if let Some(mem) = memory {
+                m.set_memory_cap(&name, memory_arg(&mem)?).await?;
+            }
+        }
+        Command::Register {
+            name,
+            request,
+            limit,
+            memory,
+            users,
+            groups,
+        } => {
+            let request = fraction_arg("request", request)?;
+            let limit = fraction_arg("limit", limit)?;
+            m.register_client(&name, request, limit, memory_arg(&memory)?, &users, &groups)
+                .await?;
+        }
+        Command::Unregister { name } => m.unregister_client(&name).await?,
+        Command::Reload => m.reload().await?,
+        Command::Run { .. } => unreachable!("handled above"),
+    }
+    Ok(())
+}

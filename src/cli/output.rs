@@ -1,0 +1,174 @@
+//! Tables for people and JSON for programs.
+
+use crate::units::format_bytes;
+use std::collections::HashMap;
+use zbus::zvariant::{OwnedValue, Value};
+
+type Dict = HashMap<String, OwnedValue>;
+
+fn json(v: &Value<'_>) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        Value::U8(n) => J::from(*n),
+        Value::Bool(b) => J::from(*b),
+        Value::I16(n) => J::from(*n),
+        Value::U16(n) => J::from(*n),
+        Value::I32(n) => J::from(*n),
+        Value::U32(n) => J::from(*n),
+        Value::I64(n) => J::from(*n),
+        Value::U64(n) => J::from(*n),
+        Value::F64(n) => J::from(*n),
+        Value::Str(s) => J::from(s.as_str()),
+        Value::Array(a) => J::Array(a.iter().map(json).collect()),
+        Value::Value(inner) => json(inner),
+        other => J::from(other.to_string()),
+    }
+}
+
+fn dict_json(d: &Dict) -> serde_json::Value {
+    let mut keys: Vec<&String> = d.keys().collect();
+    keys.sort();
+    serde_json::Value::Object(keys.into_iter().map(|k| (k.clone(), json(&d[k]))).collect())
+}
+
+fn get<'a, T: TryFrom<&'a Value<'a>>>(d: &'a Dict, key: &str) -> Option<T> {
+    d.get(key).and_then(|v| T::try_from(v).ok())
+}
+
+fn text(d: &Dict, key: &str) -> String {
+    d.get(key)
+        .map(|v| match json(v) {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
+}
+
+fn bytes_cell(d: &Dict, key: &str) -> String {
+    match get::<u64>(d, key) {
+        Some(0) | None => "unlimited".into(),
+        Some(b) => format_bytes(Some(b)),
+    }
+}
+
+fn table(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = width[i]))
+            .collect();
+        println!("{}", s.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        line(r);
+    }
+}
+
+fn client_rows(clients: &[Dict]) -> Vec<Vec<String>> {
+    clients
+        .iter()
+        .map(|c| {
+            let pids: Vec<String> = match c.get("pids").map(|v| json(v)) {
+                Some(serde_json::Value::Array(a)) => a.iter().map(|p| p.to_string()).collect(),
+                _ => vec![],
+            };
+            let state = if get::<bool>(c, "holding").unwrap_or(false) {
+                "running"
+            } else if get::<u32>(c, "waiting").unwrap_or(0) > 0 {
+                "waiting"
+            } else if pids.is_empty() {
+                "-"
+            } else {
+                "idle"
+            };
+            vec![
+                text(c, "name"),
+                text(c, "origin"),
+                format!("{:.2}", get::<f64>(c, "request").unwrap_or(0.0)),
+                format!("{:.2}", get::<f64>(c, "limit").unwrap_or(0.0)),
+                format!("{:.1}%", 100.0 * get::<f64>(c, "share_used").unwrap_or(0.0)),
+                format!(
+                    "{}/{}",
+                    format_bytes(get::<u64>(c, "memory_used")),
+                    bytes_cell(c, "memory")
+                ),
+                state.into(),
+                pids.join(","),
+            ]
+        })
+        .collect()
+}
+
+pub fn clients(as_json: bool, clients: &[Dict]) {
+    if as_json {
+        let v: Vec<serde_json::Value> = clients.iter().map(dict_json).collect();
+        println!("{}", serde_json::Value::Array(v));
+        return;
+    }
+    table(
+        &[
+            "CLIENT", "ORIGIN", "REQUEST", "LIMIT", "USED", "MEMORY", "STATE", "PIDS",
+        ],
+        client_rows(clients),
+    );
+}
+
+pub fn status(
+    as_json: bool,
+    version: &str,
+    config_path: &str,
+    config_error: &str,
+    attached: u32,
+    devices: &[Dict],
+    clients_: &[Dict],
+) {
+    if as_json {
+        let v = serde_json::json!({
+            "version": version,
+            "config_path": config_path,
+            "config_error": config_error,
+            "attached_processes": attached,
+            "devices": devices.iter().map(dict_json).collect::<Vec<_>>(),
+            "clients": clients_.iter().map(dict_json).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+        return;
+    }
+    println!("gpushared {version}, config {config_path}");
+    if !config_error.is_empty() {
+        println!("config error (running the previous config): {config_error}");
+    }
+    println!("{attached} processes attached");
+    println!();
+    if devices.is_empty() {
+        println!("no devices managed (NVML off or not available)");
+    } else {
+        let rows = devices
+            .iter()
+            .map(|d| {
+                vec![
+                    text(d, "index"),
+                    text(d, "name"),
+                    text(d, "compute_mode"),
+                    text(d, "mps"),
+                    format!(
+                        "{}/{}",
+                        format_bytes(get::<u64>(d, "memory_used")),
+                        format_bytes(get::<u64>(d, "memory_total"))
+                    ),
+                ]
+            })
+            .collect();
+        table(&["GPU", "NAME", "COMPUTE MODE", "MPS", "MEMORY"], rows);
+    }
+    println!();
+    clients(false, clients_);
+}

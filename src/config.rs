@@ -1,0 +1,535 @@
+//! `/etc/gpushare/gpushare.toml`: parsing and validation.
+//!
+//! The file is read into the `File*` structs (what the admin wrote) and checked into [`Config`]
+//! (what the daemon uses). Every error names the key it is about; a file that fails to check never
+//! replaces a running config.
+
+use crate::units::{parse_bytes, parse_duration};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpushare/gpushare.toml";
+
+/// How the daemon treats GPU processes that did not attach through the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UnattachedPolicy {
+    Allow,
+    #[default]
+    Warn,
+    Kill,
+}
+
+/// A client's share of GPU time and memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// Guaranteed minimum fraction of GPU time, 0..=1.
+    pub request: f64,
+    /// Maximum fraction of GPU time, 0 < limit <= 1.
+    pub limit: f64,
+    /// Device memory cap in bytes; `None` is unlimited.
+    pub memory: Option<u64>,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Share {
+            request: 0.0,
+            limit: 1.0,
+            memory: None,
+        }
+    }
+}
+
+impl Share {
+    /// Checks the ranges; `what` names the entry in the message.
+    pub fn check(&self, what: &str) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.request) {
+            return Err(format!("{what}: request {} is outside 0..1", self.request));
+        }
+        if !(self.limit > 0.0 && self.limit <= 1.0) {
+            return Err(format!("{what}: limit {} is outside (0, 1]", self.limit));
+        }
+        if self.request > self.limit {
+            return Err(format!(
+                "{what}: request {} is above its limit {}",
+                self.request, self.limit
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// MPS settings the hook applies to a client's CUDA context.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MpsShare {
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, 1..=100.
+    pub thread_percentage: Option<u32>,
+    /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` in bytes.
+    pub pinned_mem_limit: Option<u64>,
+}
+
+/// Who may attach as a named client.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Access {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+}
+
+/// A named client from the config or from a D-Bus registration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientSpec {
+    pub name: String,
+    pub share: Share,
+    pub mps: MpsShare,
+    pub access: Access,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonConfig {
+    pub socket_dir: PathBuf,
+    pub quantum: Duration,
+    pub client_timeout: Duration,
+    pub admin_groups: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuConfig {
+    pub nvml: bool,
+    pub nvml_library: Option<PathBuf>,
+    pub set_compute_mode: bool,
+    pub devices: Vec<u32>,
+    pub mps: bool,
+    pub mps_control: PathBuf,
+    pub mps_pipe_dir: PathBuf,
+    pub mps_log_dir: PathBuf,
+    pub unattached: UnattachedPolicy,
+    pub scan_interval: Duration,
+}
+
+/// The checked configuration the daemon runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub gpu: GpuConfig,
+    pub defaults: Share,
+    pub user_defaults: BTreeMap<String, Share>,
+    pub group_defaults: BTreeMap<String, Share>,
+    pub clients: BTreeMap<String, ClientSpec>,
+}
+
+// ---- the file as written ----
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    daemon: FileDaemon,
+    #[serde(default)]
+    gpu: FileGpu,
+    #[serde(default)]
+    defaults: FileDefaults,
+    #[serde(default)]
+    clients: BTreeMap<String, FileClient>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileDaemon {
+    socket_dir: Option<PathBuf>,
+    quantum: Option<String>,
+    client_timeout: Option<String>,
+    #[serde(default)]
+    admin_groups: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileGpu {
+    nvml: Option<bool>,
+    nvml_library: Option<PathBuf>,
+    set_compute_mode: Option<bool>,
+    #[serde(default)]
+    devices: Vec<u32>,
+    mps: Option<bool>,
+    mps_control: Option<PathBuf>,
+    mps_pipe_dir: Option<PathBuf>,
+    mps_log_dir: Option<PathBuf>,
+    unattached: Option<UnattachedPolicy>,
+    scan_interval: Option<String>,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+struct FileShare {
+    request: Option<f64>,
+    limit: Option<f64>,
+    memory: Option<MemoryValue>,
+}
+
+/// `memory` may be written as a string ("8GiB") or a plain number of bytes.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum MemoryValue {
+    Bytes(u64),
+    Text(String),
+}
+
+impl MemoryValue {
+    fn bytes(&self, what: &str) -> Result<Option<u64>, String> {
+        match self {
+            MemoryValue::Bytes(0) => Ok(None),
+            MemoryValue::Bytes(b) => Ok(Some(*b)),
+            MemoryValue::Text(t) => parse_bytes(t).map_err(|e| format!("{what}: memory: {e}")),
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileDefaults {
+    #[serde(flatten)]
+    share: FileShare,
+    #[serde(default)]
+    users: BTreeMap<String, FileShare>,
+    #[serde(default)]
+    groups: BTreeMap<String, FileShare>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileClient {
+    #[serde(flatten)]
+    share: FileShare,
+    #[serde(default)]
+    users: Vec<String>,
+    #[serde(default)]
+    groups: Vec<String>,
+    mps_thread_percentage: Option<u32>,
+    mps_pinned_mem_limit: Option<MemoryValue>,
+}
+
+impl FileShare {
+    fn resolve(&self, base: &Share, what: &str) -> Result<Share, String> {
+        let share = Share {
+            request: self.request.unwrap_or(base.request),
+            limit: self.limit.unwrap_or(base.limit),
+            memory: match &self.memory {
+                Some(m) => m.bytes(what)?,
+                None => base.memory,
+            },
+        };
+        share.check(what)?;
+        Ok(share)
+    }
+}
+
+fn duration(value: &Option<String>, default: Duration, what: &str) -> Result<Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(t) => {
+            let d = parse_duration(t).map_err(|e| format!("{what}: {e}"))?;
+            if d.is_zero() {
+                return Err(format!("{what}: must be longer than zero"));
+            }
+            Ok(d)
+        }
+    }
+}
+
+/// A client or user name usable in D-Bus object paths and log lines.
+pub fn check_client_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= crate::protocol::MAX_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "client name {name:?} must be 1-{} characters of letters, digits, '_', '-' or '.'",
+            crate::protocol::MAX_NAME
+        ))
+    }
+}
+
+/// Fails when the requests of `clients` add up to more than the whole GPU.
+pub fn check_request_sum<'a>(
+    clients: impl IntoIterator<Item = (&'a str, f64)>,
+) -> Result<(), String> {
+    let all: Vec<(&str, f64)> = clients.into_iter().collect();
+    let sum: f64 = all.iter().map(|(_, r)| r).sum();
+    if sum > 1.0 + 1e-9 {
+        let parts: Vec<String> = all
+            .iter()
+            .filter(|(_, r)| *r > 0.0)
+            .map(|(n, r)| format!("{n}={r}"))
+            .collect();
+        return Err(format!(
+            "the clients' requests add up to {sum:.3}, more than the whole GPU (1.0): {}; lower some requests",
+            parts.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Parses and checks the text of a config file.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let d = &file.daemon;
+        let daemon = DaemonConfig {
+            socket_dir: d
+                .socket_dir
+                .clone()
+                .unwrap_or_else(|| crate::protocol::DEFAULT_SOCKET_DIR.into()),
+            quantum: duration(&d.quantum, Duration::from_millis(20), "daemon.quantum")?,
+            client_timeout: duration(
+                &d.client_timeout,
+                Duration::from_secs(2),
+                "daemon.client_timeout",
+            )?,
+            admin_groups: d.admin_groups.clone(),
+        };
+        let g = &file.gpu;
+        let mps_pipe_dir = g
+            .mps_pipe_dir
+            .clone()
+            .unwrap_or_else(|| daemon.socket_dir.join("mps"));
+        let gpu = GpuConfig {
+            nvml: g.nvml.unwrap_or(true),
+            nvml_library: g.nvml_library.clone().filter(|p| !p.as_os_str().is_empty()),
+            set_compute_mode: g.set_compute_mode.unwrap_or(true),
+            devices: g.devices.clone(),
+            mps: g.mps.unwrap_or(false),
+            mps_control: g
+                .mps_control
+                .clone()
+                .unwrap_or_else(|| "nvidia-cuda-mps-control".into()),
+            mps_pipe_dir,
+            mps_log_dir: g
+                .mps_log_dir
+                .clone()
+                .unwrap_or_else(|| "/var/log/gpushare/mps".into()),
+            unattached: g.unattached.unwrap_or_default(),
+            scan_interval: duration(
+                &g.scan_interval,
+                Duration::from_secs(2),
+                "gpu.scan_interval",
+            )?,
+        };
+        let defaults = file.defaults.share.resolve(&Share::default(), "defaults")?;
+        let mut user_defaults = BTreeMap::new();
+        for (user, s) in &file.defaults.users {
+            user_defaults.insert(
+                user.clone(),
+                s.resolve(&defaults, &format!("defaults.users.{user}"))?,
+            );
+        }
+        let mut group_defaults = BTreeMap::new();
+        for (group, s) in &file.defaults.groups {
+            group_defaults.insert(
+                group.clone(),
+                s.resolve(&defaults, &format!("defaults.groups.{group}"))?,
+            );
+        }
+        let mut clients = BTreeMap::new();
+        for (name, c) in &file.clients {
+            let what = format!("clients.{name}");
+            check_client_name(name).map_err(|e| format!("{what}: {e}"))?;
+            let share = c.share.resolve(&Share::default(), &what)?;
+            if let Some(p) = c.mps_thread_percentage {
+                if !(1..=100).contains(&p) {
+                    return Err(format!(
+                        "{what}: mps_thread_percentage {p} is outside 1..100"
+                    ));
+                }
+            }
+            let pinned = match &c.mps_pinned_mem_limit {
+                Some(m) => m.bytes(&what)?,
+                None => None,
+            };
+            let spec = ClientSpec {
+                name: name.clone(),
+                share,
+                mps: MpsShare {
+                    thread_percentage: c.mps_thread_percentage,
+                    pinned_mem_limit: pinned,
+                },
+                access: Access {
+                    users: c.users.clone(),
+                    groups: c.groups.clone(),
+                },
+            };
+            clients.insert(name.clone(), spec);
+        }
+        check_request_sum(clients.values().map(|c| (c.name.as_str(), c.share.request)))?;
+        Ok(Config {
+            daemon,
+            gpu,
+            defaults,
+            user_defaults,
+            group_defaults,
+            clients,
+        })
+    }
+
+    /// Reads and checks a config file. A missing file gives the built-in defaults.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text).map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Config::parse(""),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// The share for a process that attached without naming a client: its user's defaults, else
+    /// the first of its groups that has defaults, else the global defaults.
+    pub fn defaults_for(&self, user: &str, groups: &[String]) -> Share {
+        if let Some(s) = self.user_defaults.get(user) {
+            return *s;
+        }
+        groups
+            .iter()
+            .find_map(|g| self.group_defaults.get(g))
+            .copied()
+            .unwrap_or(self.defaults)
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        self.daemon.socket_dir.join(crate::protocol::SOCKET_NAME)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+        [daemon]
+        quantum = "10ms"
+        admin_groups = ["gpuadmin"]
+        [gpu]
+        nvml = false
+        mps = true
+        unattached = "kill"
+        [defaults]
+        limit = 0.5
+        memory = "4GiB"
+        [defaults.users.alice]
+        memory = "8GiB"
+        [defaults.groups.students]
+        limit = 0.25
+        [clients.train]
+        request = 0.5
+        memory = "16GiB"
+        users = ["alice", "1001"]
+        groups = ["ml"]
+        mps_thread_percentage = 50
+        [clients.infer]
+        request = 0.3
+        limit = 0.6
+    "#;
+
+    #[test]
+    fn example_parses() {
+        let c = Config::parse(EXAMPLE).unwrap();
+        assert_eq!(c.daemon.quantum, Duration::from_millis(10));
+        assert_eq!(c.daemon.client_timeout, Duration::from_secs(2));
+        assert!(!c.gpu.nvml && c.gpu.mps && c.gpu.set_compute_mode);
+        assert_eq!(c.gpu.unattached, UnattachedPolicy::Kill);
+        assert_eq!(c.gpu.mps_pipe_dir, PathBuf::from("/run/gpushare/mps"));
+        assert_eq!(
+            c.defaults,
+            Share {
+                request: 0.0,
+                limit: 0.5,
+                memory: Some(4 << 30)
+            }
+        );
+        // user defaults inherit from the global defaults
+        assert_eq!(
+            c.defaults_for("alice", &[]),
+            Share {
+                request: 0.0,
+                limit: 0.5,
+                memory: Some(8 << 30)
+            }
+        );
+        assert_eq!(
+            c.defaults_for("bob", &["x".into(), "students".into()])
+                .limit,
+            0.25
+        );
+        assert_eq!(c.defaults_for("bob", &[]).limit, 0.5);
+        let train = &c.clients["train"];
+        assert_eq!(
+            train.share,
+            Share {
+                request: 0.5,
+                limit: 1.0,
+                memory: Some(16 << 30)
+            }
+        );
+        assert_eq!(train.access.users, vec!["alice", "1001"]);
+        assert_eq!(train.mps.thread_percentage, Some(50));
+        assert_eq!(c.clients["infer"].share.limit, 0.6);
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.defaults, Share::default());
+        assert_eq!(c.daemon.quantum, Duration::from_millis(20));
+        assert_eq!(
+            c.socket_path(),
+            PathBuf::from("/run/gpushare/gpushare.sock")
+        );
+    }
+
+    #[test]
+    fn request_sum_over_one_is_refused_with_names() {
+        let e =
+            Config::parse("[clients.a]\nrequest = 0.6\n[clients.b]\nrequest = 0.5\n").unwrap_err();
+        assert!(e.contains("add up to 1.100"), "{e}");
+        assert!(e.contains("a=0.6") && e.contains("b=0.5"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("[clients.a]\nrequest = 1.5\n", "clients.a: request 1.5"),
+            ("[clients.a]\nlimit = 0\n", "clients.a: limit 0"),
+            (
+                "[clients.a]\nrequest = 0.5\nlimit = 0.4\n",
+                "above its limit",
+            ),
+            ("[clients.a]\nmemory = \"lots\"\n", "clients.a: memory"),
+            ("[clients.\"a b\"]\n", "client name"),
+            ("[daemon]\nquantum = \"20\"\n", "daemon.quantum"),
+            ("[daemon]\nquantum = \"0ms\"\n", "longer than zero"),
+            (
+                "[clients.a]\nmps_thread_percentage = 0\n",
+                "mps_thread_percentage",
+            ),
+            ("[gpu]\nunattached = \"shrug\"\n", "unknown variant"),
+            ("[daemon]\nsokcet_dir = \"/x\"\n", "unknown field"),
+            ("[clients.a\n", "expected"),
+        ];
+        for (text, want) in cases {
+            let e = Config::parse(text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn missing_file_is_defaults_but_unreadable_is_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Config::load(&dir.path().join("none.toml")).is_ok());
+        let e = Config::load(dir.path()).unwrap_err();
+        assert!(e.contains(&dir.path().display().to_string()));
+    }
+}

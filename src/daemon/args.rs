@@ -1,0 +1,29 @@
+//! Command line of `gpushared`.
+
+use crate::bus::BusChoice;
+use crate::config::DEFAULT_CONFIG_PATH;
+use clap::Parser;
+use std::path::PathBuf;
+
+/// gpushared - share one NVIDIA GPU fairly between processes and users.
+///
+/// The daemon schedules GPU time between CUDA processes that run with the libgpushare hook,
+/// caps their device memory, serves the org.gpushare1 D-Bus API, and, when configured, sets the
+/// GPU's compute mode and runs NVIDIA's MPS control daemon. It reloads its config on SIGHUP and
+/// when the file changes; a broken file is reported and the running config kept.
+#[derive(Debug, Parser)]
+#[command(name = "gpushared", version)]
+pub struct DaemonArgs {
+    /// Config file (TOML, see gpushare.toml(5)).
+    #[arg(long, short, default_value = DEFAULT_CONFIG_PATH, env = "GPUSHARE_CONFIG")]
+    pub config: PathBuf,
+    /// Directory of the hook socket, overriding daemon.socket_dir.
+    #[arg(long)]
+    pub socket_dir: Option<PathBuf>,
+    /// D-Bus bus to serve on: system, session, none, or an address (unix:path=...).
+    #[arg(long, default_value = "system", env = "GPUSHARE_BUS")]
+    pub bus: BusChoice,
+    /// Log filter (tracing syntax), e.g. info or gpushare=debug.
+    #[arg(long, default_value = "info", env = "GPUSHARE_LOG")]
+    pub log: String,
+}

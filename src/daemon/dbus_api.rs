@@ -1,0 +1,380 @@
+//! `org.gpushare1.Manager` on `/org/gpushare1`: register clients, change shares, read usage.
+//! Reads are open to everyone; writes need root, a group in `admin_groups`, or the polkit action
+//! `org.gpushare1.manage`.
+
+use super::identity::Identity;
+use super::state::{ClientReport, Event, State, StateError};
+use crate::config::{Access, ClientSpec, MpsShare, Share};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, Notify};
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::zvariant::{OwnedValue, Value};
+
+pub const BUS_NAME: &str = "org.gpushare1";
+pub const OBJECT_PATH: &str = "/org/gpushare1";
+pub const INTERFACE: &str = "org.gpushare1.Manager";
+pub const POLKIT_ACTION: &str = "org.gpushare1.manage";
+
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.gpushare1.Error")]
+pub enum Error {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    NotAuthorized(String),
+    InvalidArgument(String),
+    UnknownClient(String),
+    Failed(String),
+}
+
+impl From<StateError> for Error {
+    fn from(e: StateError) -> Self {
+        match e {
+            StateError::UnknownClient(m) => Error::UnknownClient(m),
+            StateError::InvalidArgument(m) => Error::InvalidArgument(m),
+            StateError::NotAllowed(m) => Error::NotAuthorized(m),
+        }
+    }
+}
+
+/// What the manager object reads devices from (the GPU side fills this in).
+pub type DeviceLister = Arc<dyn Fn() -> Vec<HashMap<String, OwnedValue>> + Send + Sync>;
+
+pub struct Manager {
+    pub state: Arc<Mutex<State>>,
+    pub wake: Arc<Notify>,
+    /// Whether polkit on the system bus may be asked about callers.
+    pub use_polkit: bool,
+    pub devices: DeviceLister,
+    /// Reloads the config file (the same path SIGHUP takes).
+    pub reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+}
+
+fn value<'a>(v: impl Into<Value<'a>>) -> OwnedValue {
+    // Plain values (numbers, strings, arrays of them) never hold file descriptors, so this
+    // conversion cannot fail.
+    OwnedValue::try_from(v.into()).unwrap_or_else(|_| OwnedValue::from(0u8))
+}
+
+fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
+    let mut d = HashMap::new();
+    d.insert("name".into(), value(r.name.as_str()));
+    d.insert("origin".into(), value(r.origin));
+    d.insert("request".into(), value(r.request));
+    d.insert("limit".into(), value(r.limit));
+    d.insert("memory".into(), value(r.memory.unwrap_or(0)));
+    d.insert("memory_used".into(), value(r.memory_used));
+    d.insert("share_used".into(), value(r.share_used));
+    d.insert("gpu_time_ns".into(), value(r.gpu_time_ns));
+    d.insert("charged_ns".into(), value(r.charged_ns));
+    d.insert("grants".into(), value(r.grants));
+    d.insert("holding".into(), value(r.holding));
+    d.insert("waiting".into(), value(r.waiting));
+    d.insert("pids".into(), value(r.pids.clone()));
+    d.insert("users".into(), value(r.users.clone()));
+    d.insert("groups".into(), value(r.groups.clone()));
+    d.insert(
+        "mps_thread_percentage".into(),
+        value(r.mps_thread_percentage.unwrap_or(0)),
+    );
+    d.insert(
+        "mps_pinned_mem_limit".into(),
+        value(r.mps_pinned_mem_limit.unwrap_or(0)),
+    );
+    d
+}
+
+fn check_fraction(what: &str, v: f64) -> Result<(), Error> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "{what} must be a number between 0 and 1"
+        )))
+    }
+}
+
+impl Manager {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refuses the call unless its sender may change shares.
+    async fn authorize(&self, header: &Header<'_>, conn: &zbus::Connection) -> Result<(), Error> {
+        let sender = header
+            .sender()
+            .ok_or_else(|| Error::NotAuthorized("caller has no bus name".into()))?;
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let uid = dbus
+            .get_connection_unix_user(zbus::names::BusName::Unique(sender.to_owned()))
+            .await
+            .map_err(|e| Error::NotAuthorized(format!("cannot tell who the caller is: {e}")))?;
+        if uid == 0 {
+            return Ok(());
+        }
+        let admin_groups = self.lock().config.daemon.admin_groups.clone();
+        if !admin_groups.is_empty() {
+            let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, u32::MAX))
+                .await
+                .map_err(|e| Error::Failed(e.to_string()))?;
+            if who.in_any_group(&admin_groups) {
+                return Ok(());
+            }
+        }
+        if self.use_polkit && polkit_allows(conn, sender.as_str()).await {
+            return Ok(());
+        }
+        Err(Error::NotAuthorized(format!(
+            "uid {uid} may not change gpushare clients: run as root, join one of the groups {:?} in \
+             admin_groups, or get the polkit action {POLKIT_ACTION}",
+            admin_groups
+        )))
+    }
+
+    fn changed(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Asks polkit whether the bus name `sender` may perform `org.gpushare1.manage`.
+async fn polkit_allows(conn: &zbus::Connection, sender: &str) -> bool {
+    let subject_details: HashMap<&str, Value<'_>> = HashMap::from([("name", Value::from(sender))]);
+    let subject = ("system-bus-name", subject_details);
+    let details: HashMap<&str, &str> = HashMap::new();
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.PolicyKit1"),
+            "/org/freedesktop/PolicyKit1/Authority",
+            Some("org.freedesktop.PolicyKit1.Authority"),
+            "CheckAuthorization",
+            &(subject, POLKIT_ACTION, details, 1u32, ""),
+        )
+        .await;
+    match reply {
+        Ok(msg) => match msg
+            .body()
+            .deserialize::<(bool, bool, HashMap<String, String>)>()
+        {
+            Ok((authorized, _, _)) => authorized,
+            Err(e) => {
+                tracing::warn!("polkit answered something unexpected: {e}");
+                false
+            }
+        },
+        Err(e) => {
+            tracing::debug!("polkit check failed: {e}");
+            false
+        }
+    }
+}
+
+#[zbus::interface(name = "org.gpushare1.Manager")]
+impl Manager {
+    /// Adds a client at run time. `memory` is a cap in bytes (0 = unlimited); `users` and `groups`
+    /// say who may attach as it ("*" in users: everyone).
+    #[allow(clippy::too_many_arguments)]
+    async fn register_client(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        name: String,
+        request: f64,
+        limit: f64,
+        memory: u64,
+        users: Vec<String>,
+        groups: Vec<String>,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        check_fraction("request", request)?;
+        check_fraction("limit", limit)?;
+        let spec = ClientSpec {
+            name,
+            share: Share {
+                request,
+                limit,
+                memory: (memory > 0).then_some(memory),
+            },
+            mps: MpsShare::default(),
+            access: Access { users, groups },
+        };
+        self.lock().register(spec)?;
+        self.changed();
+        Ok(())
+    }
+
+    /// Removes a client added with RegisterClient.
+    async fn unregister_client(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        name: String,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        self.lock().unregister(&name)?;
+        self.changed();
+        Ok(())
+    }
+
+    /// Sets a client's guaranteed (request) and maximum (limit) share of GPU time, 0..1.
+    /// A negative value leaves that share as it is.
+    async fn set_share(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        name: String,
+        request: f64,
+        limit: f64,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        check_fraction("request", request)?;
+        check_fraction("limit", limit)?;
+        let keep = |v: f64| (v >= 0.0).then_some(v);
+        self.lock()
+            .set_share(&name, keep(request), keep(limit), None)?;
+        self.changed();
+        Ok(())
+    }
+
+    /// Sets a client's device memory cap in bytes; 0 removes the cap.
+    async fn set_memory_cap(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        name: String,
+        bytes: u64,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        self.lock()
+            .set_share(&name, None, None, Some((bytes > 0).then_some(bytes)))?;
+        self.changed();
+        Ok(())
+    }
+
+    /// Every client with its shares and live usage.
+    async fn list_clients(&self) -> Vec<HashMap<String, OwnedValue>> {
+        self.lock().reports().iter().map(client_dict).collect()
+    }
+
+    /// One client with its shares and live usage.
+    async fn get_client(&self, name: String) -> Result<HashMap<String, OwnedValue>, Error> {
+        let report = self.lock().report(&name);
+        report
+            .map(|r| client_dict(&r))
+            .ok_or_else(|| Error::UnknownClient(format!("there is no client named {name:?}")))
+    }
+
+    /// The managed GPUs with live memory and state.
+    async fn list_devices(&self) -> Vec<HashMap<String, OwnedValue>> {
+        let devices = self.devices.clone();
+        tokio::task::spawn_blocking(move || devices())
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Reads the config file again; a broken file is reported and the running config kept.
+    async fn reload(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        (self.reload)().map_err(Error::InvalidArgument)?;
+        self.changed();
+        Ok(())
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn config_path(&self) -> String {
+        self.lock().config_path.display().to_string()
+    }
+
+    /// Why the last reload failed; empty when the file on disk is the running config. Watch
+    /// ConfigReloaded for changes.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn config_error(&self) -> String {
+        self.lock().config_error.clone().unwrap_or_default()
+    }
+
+    /// Processes attached through the hook. Watch ClientAttached/ClientDetached for changes.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn attached_processes(&self) -> u32 {
+        self.lock().session_count() as u32
+    }
+
+    #[zbus(signal)]
+    async fn client_attached(
+        emitter: &SignalEmitter<'_>,
+        name: &str,
+        pid: u32,
+        uid: u32,
+    ) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    async fn client_detached(emitter: &SignalEmitter<'_>, name: &str, pid: u32)
+        -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    async fn client_changed(emitter: &SignalEmitter<'_>, name: &str) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    async fn config_reloaded(
+        emitter: &SignalEmitter<'_>,
+        ok: bool,
+        message: &str,
+    ) -> zbus::Result<()>;
+
+    /// A GPU process that did not attach through the hook; `action` is what was done about it.
+    #[zbus(signal)]
+    async fn unattached_process(
+        emitter: &SignalEmitter<'_>,
+        device: u32,
+        pid: u32,
+        action: &str,
+    ) -> zbus::Result<()>;
+
+    /// The MPS control daemon changed state: "started", "died", "gave-up".
+    #[zbus(signal)]
+    async fn mps_state_changed(
+        emitter: &SignalEmitter<'_>,
+        state: &str,
+        message: &str,
+    ) -> zbus::Result<()>;
+}
+
+/// Turns state events into D-Bus signals until the event channel closes.
+pub async fn emit_signals(conn: zbus::Connection, mut events: broadcast::Receiver<Event>) {
+    let Ok(emitter) = SignalEmitter::new(&conn, OBJECT_PATH) else {
+        return;
+    };
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!("dropped {n} D-Bus signals: too many events at once");
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let sent = match &event {
+            Event::Attached { client, pid, uid } => {
+                Manager::client_attached(&emitter, client, *pid, *uid).await
+            }
+            Event::Detached { client, pid } => {
+                Manager::client_detached(&emitter, client, *pid).await
+            }
+            Event::Changed { client } => Manager::client_changed(&emitter, client).await,
+            Event::ConfigReloaded { ok, message } => {
+                Manager::config_reloaded(&emitter, *ok, message).await
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!("could not emit {event:?}: {e}");
+        }
+    }
+}

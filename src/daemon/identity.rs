@@ -1,0 +1,122 @@
+//! Who a peer is: its uid, user name and groups, from the kernel's word (SO_PEERCRED, the bus
+//! daemon's GetConnectionUnixUser) and the system's user database. Never from what a client says.
+
+use crate::config::Access;
+use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
+use std::ffi::CString;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    /// Names of the user's groups (primary and supplementary); gids without a name as numbers.
+    pub groups: Vec<String>,
+    pub gids: Vec<u32>,
+}
+
+impl Identity {
+    /// Looks up `uid` in the user database. Blocking (NSS): call from a blocking context.
+    pub fn lookup(uid: u32, gid: u32) -> Identity {
+        let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
+        let name = user
+            .as_ref()
+            .map_or_else(|| uid.to_string(), |u| u.name.clone());
+        let primary = user.as_ref().map_or(Gid::from_raw(gid), |u| u.gid);
+        let mut gids: Vec<u32> = vec![gid];
+        if let Some(u) = &user {
+            if let Ok(cname) = CString::new(u.name.clone()) {
+                if let Ok(list) = getgrouplist(&cname, primary) {
+                    gids.extend(list.into_iter().map(Gid::as_raw));
+                }
+            }
+        }
+        gids.sort_unstable();
+        gids.dedup();
+        let groups = gids
+            .iter()
+            .map(|g| {
+                Group::from_gid(Gid::from_raw(*g))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| g.to_string(), |grp| grp.name)
+            })
+            .collect();
+        Identity {
+            uid,
+            gid,
+            user: name,
+            groups,
+            gids,
+        }
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    pub fn in_any_group(&self, groups: &[String]) -> bool {
+        groups.iter().any(|g| {
+            self.groups.contains(g) || g.parse::<u32>().is_ok_and(|n| self.gids.contains(&n))
+        })
+    }
+
+    /// Whether this identity may attach as a client with `access`. Root may attach as any client;
+    /// `"*"` in users admits everyone; an empty list admits no one else.
+    pub fn may_attach(&self, access: &Access) -> bool {
+        self.is_root()
+            || access.users.iter().any(|u| {
+                u == "*" || *u == self.user || u.parse::<u32>().is_ok_and(|n| n == self.uid)
+            })
+            || self.in_any_group(&access.groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> Identity {
+        Identity {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            groups: vec!["alice".into(), "ml".into()],
+            gids: vec![1000, 2000],
+        }
+    }
+
+    fn access(users: &[&str], groups: &[&str]) -> Access {
+        Access {
+            users: users.iter().map(|s| s.to_string()).collect(),
+            groups: groups.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn attach_rules() {
+        let a = alice();
+        assert!(a.may_attach(&access(&["alice"], &[])));
+        assert!(a.may_attach(&access(&["1000"], &[])));
+        assert!(a.may_attach(&access(&[], &["ml"])));
+        assert!(a.may_attach(&access(&[], &["2000"])));
+        assert!(a.may_attach(&access(&["*"], &[])));
+        assert!(!a.may_attach(&access(&["bob", "1001"], &["staff"])));
+        assert!(!a.may_attach(&access(&[], &[])));
+        let root = Identity {
+            uid: 0,
+            gid: 0,
+            user: "root".into(),
+            groups: vec![],
+            gids: vec![],
+        };
+        assert!(root.may_attach(&access(&[], &[])));
+    }
+
+    #[test]
+    fn lookup_of_root_finds_its_name_and_group() {
+        let r = Identity::lookup(0, 0);
+        assert_eq!(r.user, "root");
+        assert!(r.gids.contains(&0));
+    }
+}

@@ -1,0 +1,116 @@
+//! `gpushared`: the daemon. Wires the config, the state, the socket server, the D-Bus API and the
+//! GPU side together, and talks to systemd.
+
+pub mod args;
+pub mod config_watch;
+pub mod dbus_api;
+pub mod identity;
+pub mod service_notify;
+pub mod socket_server;
+pub mod state;
+
+use crate::bus::BusChoice;
+use crate::config::Config;
+use anyhow::Context;
+use args::DaemonArgs;
+use state::{Event, State};
+use std::sync::{Arc, Mutex};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{broadcast, Notify};
+
+pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
+    let mut config = Config::load(&args.config)
+        .map_err(anyhow::Error::msg)
+        .context("cannot start")?;
+    if let Some(dir) = &args.socket_dir {
+        config.daemon.socket_dir = dir.clone();
+    }
+    let socket_path = config.socket_path();
+    let hello_timeout = config.daemon.client_timeout;
+    let (events, _) = broadcast::channel::<Event>(1024);
+    let state = Arc::new(Mutex::new(State::new(
+        config,
+        args.config.clone(),
+        events.clone(),
+    )));
+    let wake = Arc::new(Notify::new());
+
+    let listener = socket_server::bind(&socket_path)
+        .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
+    tracing::info!(socket = %socket_path.display(), "listening for CUDA processes");
+
+    let reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync> = {
+        let state = state.clone();
+        let wake = wake.clone();
+        Arc::new(move || {
+            let r = config_watch::reload_from_disk(&state);
+            wake.notify_one();
+            r
+        })
+    };
+
+    let bus = match &args.bus {
+        BusChoice::None => None,
+        choice => {
+            let manager = dbus_api::Manager {
+                state: state.clone(),
+                wake: wake.clone(),
+                use_polkit: matches!(choice, BusChoice::System),
+                devices: Arc::new(Vec::new),
+                reload: reload.clone(),
+            };
+            let conn = choice
+                .builder()?
+                .name(dbus_api::BUS_NAME)?
+                .serve_at(dbus_api::OBJECT_PATH, manager)?
+                .build()
+                .await
+                .with_context(|| {
+                    format!("cannot own {} on the {choice} bus", dbus_api::BUS_NAME)
+                })?;
+            tracing::info!(bus = %choice, name = dbus_api::BUS_NAME, "D-Bus API up");
+            tokio::spawn(dbus_api::emit_signals(conn.clone(), events.subscribe()));
+            Some(conn)
+        }
+    };
+
+    tokio::spawn(socket_server::serve(
+        listener,
+        state.clone(),
+        wake.clone(),
+        hello_timeout,
+    ));
+    tokio::spawn(socket_server::run_scheduler_clock(
+        state.clone(),
+        wake.clone(),
+    ));
+    tokio::spawn(config_watch::watch_file(
+        args.config.clone(),
+        reload.clone(),
+    ));
+    tokio::spawn(service_notify::report_status(
+        state.clone(),
+        events.subscribe(),
+    ));
+    service_notify::ready();
+    service_notify::spawn_watchdog(state.clone());
+
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the config");
+                let _ = reload();
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!("stopping");
+    service_notify::stopping();
+    drop(bus);
+    let _ = std::fs::remove_file(&socket_path);
+    Ok(())
+}

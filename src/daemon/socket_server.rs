@@ -1,0 +1,237 @@
+//! The Unix socket the hook talks to. Peers are identified by SO_PEERCRED; a connection that
+//! sends anything malformed, truncated or oversized is closed, and only that one.
+
+use super::identity::Identity;
+use super::state::State;
+use crate::protocol::{frame_len, ErrorCode, Reply, Request, PROTOCOL_VERSION};
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, Notify};
+
+/// Most connections one uid may hold at once; more are refused so that no user can exhaust the
+/// daemon's file descriptors.
+pub const MAX_SESSIONS_PER_UID: usize = 1024;
+
+/// Binds the socket (replacing a stale one) and makes it connectable by every user: the daemon
+/// decides who may do what from the peer's credentials.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(listener)
+}
+
+pub async fn serve(
+    listener: UnixListener,
+    state: Arc<Mutex<State>>,
+    wake: Arc<Notify>,
+    hello_timeout: Duration,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let state = state.clone();
+                let wake = wake.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = handle(stream, state, wake, hello_timeout).await {
+                        tracing::debug!("connection closed: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                // EMFILE and the like: back off instead of spinning.
+                tracing::warn!("accept on the socket failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn read_request(stream: &mut UnixStream) -> Result<Option<Request>, String> {
+    let mut header = [0u8; 4];
+    match stream.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let n = frame_len(header).map_err(|e| e.to_string())?;
+    let mut payload = vec![0u8; n];
+    stream
+        .read_exact(&mut payload)
+        .await
+        .map_err(|e| format!("truncated message: {e}"))?;
+    Request::decode(&payload)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+async fn write_reply(stream: &mut UnixStream, reply: &Reply) -> Result<(), String> {
+    let frame = reply.encode().map_err(|e| e.to_string())?;
+    stream
+        .write_all(frame.as_bytes())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn refuse(stream: &mut UnixStream, code: ErrorCode, message: String) -> Result<(), String> {
+    let _ = write_reply(
+        stream,
+        &Reply::Error {
+            code,
+            message: message.clone(),
+        },
+    )
+    .await;
+    Err(message)
+}
+
+async fn handle(
+    mut stream: UnixStream,
+    state: Arc<Mutex<State>>,
+    wake: Arc<Notify>,
+    hello_timeout: Duration,
+) -> Result<(), String> {
+    let cred = getsockopt(&stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let (pid, uid, gid) = (cred.pid() as u32, cred.uid(), cred.gid());
+    let hello = match tokio::time::timeout(hello_timeout, read_request(&mut stream)).await {
+        Err(_) => return Err(format!("pid {pid} sent no hello in time")),
+        Ok(r) => r?,
+    };
+    let client = match hello {
+        None => return Ok(()),
+        Some(Request::Hello { version, .. }) if version != PROTOCOL_VERSION => {
+            let msg = format!("protocol version {version} is not {PROTOCOL_VERSION}; update libgpushare or gpushared");
+            return refuse(&mut stream, ErrorCode::VersionMismatch, msg).await;
+        }
+        Some(Request::Hello { client, .. }) => client,
+        Some(other) => {
+            return refuse(
+                &mut stream,
+                ErrorCode::BadMessage,
+                format!("expected Hello, got {other:?}"),
+            )
+            .await;
+        }
+    };
+    let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, gid))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let attached = {
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.sessions_of_uid(uid) >= MAX_SESSIONS_PER_UID {
+            Err((
+                ErrorCode::Refused,
+                format!("uid {uid} already has {MAX_SESSIONS_PER_UID} processes attached"),
+            ))
+        } else {
+            st.attach(&who, pid, &client, tx)
+        }
+    };
+    let (session, welcome) = match attached {
+        Ok(ok) => ok,
+        Err((code, message)) => {
+            tracing::warn!(pid, uid, client = %client, "refused attach: {message}");
+            return refuse(&mut stream, code, message).await;
+        }
+    };
+    tracing::info!(pid, uid, user = %who.user, client = %client, session, "process attached");
+    let result = session_loop(&mut stream, &state, &wake, session, welcome, &mut rx).await;
+    state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .detach(session);
+    wake.notify_one();
+    tracing::info!(pid, session, "process detached");
+    result
+}
+
+async fn session_loop(
+    stream: &mut UnixStream,
+    state: &Arc<Mutex<State>>,
+    wake: &Arc<Notify>,
+    session: u64,
+    welcome: Reply,
+    rx: &mut mpsc::UnboundedReceiver<Reply>,
+) -> Result<(), String> {
+    write_reply(stream, &welcome).await?;
+    // Bytes received but not yet decoded; `read_buf` is cancel-safe, so a reply leaving in the
+    // other branch never loses part of a request.
+    let mut pending: Vec<u8> = Vec::with_capacity(64);
+    loop {
+        tokio::select! {
+            reply = rx.recv() => {
+                let Some(reply) = reply else { return Ok(()) };
+                write_reply(stream, &reply).await?;
+            }
+            read = stream.read_buf(&mut pending) => {
+                match read {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+                while let Some(request) = take_request(&mut pending)? {
+                    let reply = {
+                        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                        match request {
+                            Request::Hello { .. } => return Err("second Hello".into()),
+                            Request::Acquire => { st.acquire(session); None }
+                            Request::Release { gpu_ns } => { st.release(session, gpu_ns); None }
+                            Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
+                            Request::Unreserve { bytes } => { st.unreserve(session, bytes); None }
+                        }
+                    };
+                    wake.notify_one();
+                    if let Some(reply) = reply {
+                        write_reply(stream, &reply).await?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Takes one complete request off the front of `pending`, if there is one.
+fn take_request(pending: &mut Vec<u8>) -> Result<Option<Request>, String> {
+    let Some(header) = pending.get(..4) else {
+        return Ok(None);
+    };
+    let n = frame_len(header.try_into().unwrap_or_default()).map_err(|e| e.to_string())?;
+    if pending.len() < 4 + n {
+        return Ok(None);
+    }
+    let request = Request::decode(&pending[4..4 + n]).map_err(|e| e.to_string())?;
+    pending.drain(..4 + n);
+    Ok(Some(request))
+}
+
+/// Ends leases on time: sleeps until the scheduler's next wake-up or until poked.
+pub async fn run_scheduler_clock(state: Arc<Mutex<State>>, wake: Arc<Notify>) {
+    loop {
+        let next = {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            st.dispatch().map(|t| st.instant_at(t))
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at.into()) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}

@@ -1,0 +1,805 @@
+//! The daemon's state: clients, attached sessions, the scheduler and memory accounts.
+//!
+//! Everything here is synchronous and quick; callers hold the lock only for a call, never across
+//! an `.await`. Replies to sessions leave through each session's channel.
+
+use super::identity::Identity;
+use crate::config::{
+    check_client_name, check_request_sum, Access, ClientSpec, Config, MpsShare, Share,
+};
+use crate::protocol::{ErrorCode, Reply, NO_CAP};
+use crate::scheduler::{ClientId, Nanos, Scheduler, SessionId, Shares};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Instant;
+use tokio::sync::{broadcast, mpsc};
+
+/// Where a client entry came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `[clients.NAME]` in the config file.
+    Config,
+    /// RegisterClient over D-Bus.
+    Registered,
+    /// Made for a user's processes that attached without a name; gone with its last process.
+    Default,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Config => "config",
+            Origin::Registered => "registered",
+            Origin::Default => "default",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ClientEntry {
+    id: ClientId,
+    spec: ClientSpec,
+    origin: Origin,
+    memory_used: u64,
+    sessions: BTreeSet<SessionId>,
+}
+
+#[derive(Debug)]
+struct Session {
+    pid: u32,
+    uid: u32,
+    client: String,
+    reserved: u64,
+    tx: mpsc::UnboundedSender<Reply>,
+}
+
+/// Something other parts (D-Bus signals, logs, sd-notify status) want to hear about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Attached { client: String, pid: u32, uid: u32 },
+    Detached { client: String, pid: u32 },
+    Changed { client: String },
+    ConfigReloaded { ok: bool, message: String },
+}
+
+/// Why a request was refused; each maps to a D-Bus error and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateError {
+    UnknownClient(String),
+    InvalidArgument(String),
+    NotAllowed(String),
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::UnknownClient(m)
+            | StateError::InvalidArgument(m)
+            | StateError::NotAllowed(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A client as reported over D-Bus and by the CLI.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClientReport {
+    pub name: String,
+    pub origin: &'static str,
+    pub request: f64,
+    pub limit: f64,
+    /// Memory cap in bytes, `None` for unlimited.
+    pub memory: Option<u64>,
+    pub memory_used: u64,
+    /// Fraction of GPU time charged over the last ten seconds.
+    pub share_used: f64,
+    pub gpu_time_ns: u64,
+    pub charged_ns: u64,
+    pub grants: u64,
+    pub holding: bool,
+    pub waiting: u32,
+    pub pids: Vec<u32>,
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub mps_thread_percentage: Option<u32>,
+    pub mps_pinned_mem_limit: Option<u64>,
+}
+
+pub struct State {
+    pub config: Config,
+    pub config_error: Option<String>,
+    pub config_path: PathBuf,
+    clients: BTreeMap<String, ClientEntry>,
+    sessions: BTreeMap<SessionId, Session>,
+    sched: Scheduler,
+    next_id: u64,
+    origin: Instant,
+    events: broadcast::Sender<Event>,
+    /// `CUDA_MPS_PIPE_DIRECTORY` handed to clients while MPS runs.
+    pub mps_pipe_dir: Option<PathBuf>,
+}
+
+impl State {
+    pub fn new(config: Config, config_path: PathBuf, events: broadcast::Sender<Event>) -> State {
+        let origin = Instant::now();
+        let sched = Scheduler::new(config.daemon.quantum.as_nanos() as Nanos, 0);
+        let mut s = State {
+            config,
+            config_error: None,
+            config_path,
+            clients: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            sched,
+            next_id: 1,
+            origin,
+            events,
+            mps_pipe_dir: None,
+        };
+        let specs: Vec<ClientSpec> = s.config.clients.values().cloned().collect();
+        for spec in specs {
+            s.insert_client(spec, Origin::Config);
+        }
+        s
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.origin.elapsed().as_nanos() as Nanos
+    }
+
+    /// The instant a scheduler time stands for.
+    pub fn instant_at(&self, t: Nanos) -> Instant {
+        self.origin + std::time::Duration::from_nanos(t)
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn emit(&self, e: Event) {
+        let _ = self.events.send(e);
+    }
+
+    fn insert_client(&mut self, spec: ClientSpec, origin: Origin) {
+        let id = self.fresh_id();
+        let now = self.now();
+        self.sched.set_client(id, shares(&spec.share), now);
+        self.clients.insert(
+            spec.name.clone(),
+            ClientEntry {
+                id,
+                spec,
+                origin,
+                memory_used: 0,
+                sessions: BTreeSet::new(),
+            },
+        );
+    }
+
+    fn remove_client(&mut self, name: &str) {
+        if let Some(c) = self.clients.remove(name) {
+            self.sched.remove_client(c.id);
+        }
+    }
+
+    // ---- sessions (the socket side) ----
+
+    /// Attaches a process. `requested` is the client name it asked for ("" = its user's default).
+    /// Returns the session id and the Welcome to send.
+    pub fn attach(
+        &mut self,
+        who: &Identity,
+        pid: u32,
+        requested: &str,
+        tx: mpsc::UnboundedSender<Reply>,
+    ) -> Result<(SessionId, Reply), (ErrorCode, String)> {
+        let name = if requested.is_empty() {
+            let name = format!("user.{}", who.user);
+            if !self.clients.contains_key(&name) {
+                let share = self.config.defaults_for(&who.user, &who.groups);
+                let spec = ClientSpec {
+                    name: name.clone(),
+                    share,
+                    mps: MpsShare::default(),
+                    access: Access {
+                        users: vec![who.uid.to_string()],
+                        groups: vec![],
+                    },
+                };
+                self.insert_client(spec, Origin::Default);
+            }
+            name
+        } else {
+            requested.to_string()
+        };
+        let Some(entry) = self.clients.get(&name) else {
+            return Err((
+                ErrorCode::UnknownClient,
+                format!("there is no client named {name:?}"),
+            ));
+        };
+        if !who.may_attach(&entry.spec.access) {
+            return Err((
+                ErrorCode::NotAllowed,
+                format!(
+                    "user {} (uid {}) may not attach as client {name:?}",
+                    who.user, who.uid
+                ),
+            ));
+        }
+        let welcome = self.welcome(&entry.spec);
+        let session = self.fresh_id();
+        self.clients
+            .get_mut(&name)
+            .map(|c| c.sessions.insert(session));
+        self.sessions.insert(
+            session,
+            Session {
+                pid,
+                uid: who.uid,
+                client: name.clone(),
+                reserved: 0,
+                tx,
+            },
+        );
+        self.emit(Event::Attached {
+            client: name,
+            pid,
+            uid: who.uid,
+        });
+        Ok((session, welcome))
+    }
+
+    fn welcome(&self, spec: &ClientSpec) -> Reply {
+        Reply::Welcome {
+            client: spec.name.clone(),
+            memory_cap: spec.share.memory.unwrap_or(NO_CAP),
+            quantum_ns: self.sched.quantum(),
+            mps_pipe_dir: self
+                .mps_pipe_dir
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            mps_thread_percentage: spec.mps.thread_percentage.unwrap_or(0),
+            mps_pinned_mem_limit: spec.mps.pinned_mem_limit.unwrap_or(0),
+        }
+    }
+
+    /// A session's connection closed: free its token and memory.
+    pub fn detach(&mut self, session: SessionId) {
+        let now = self.now();
+        self.sched.session_gone(session, now);
+        let Some(s) = self.sessions.remove(&session) else {
+            return;
+        };
+        let mut remove = false;
+        if let Some(c) = self.clients.get_mut(&s.client) {
+            c.sessions.remove(&session);
+            c.memory_used = c.memory_used.saturating_sub(s.reserved);
+            remove = c.origin == Origin::Default && c.sessions.is_empty();
+        }
+        if remove {
+            self.remove_client(&s.client);
+        }
+        self.emit(Event::Detached {
+            client: s.client,
+            pid: s.pid,
+        });
+        self.dispatch();
+    }
+
+    fn client_of(&self, session: SessionId) -> Option<ClientId> {
+        let s = self.sessions.get(&session)?;
+        self.clients.get(&s.client).map(|c| c.id)
+    }
+
+    pub fn acquire(&mut self, session: SessionId) {
+        if let Some(client) = self.client_of(session) {
+            let now = self.now();
+            self.sched.acquire(client, session, now);
+            self.dispatch();
+        }
+    }
+
+    pub fn release(&mut self, session: SessionId, gpu_ns: u64) {
+        let now = self.now();
+        self.sched.release(session, gpu_ns, now);
+        self.dispatch();
+    }
+
+    /// Counts `bytes` against the session's client cap. `Reserve{0}` reports the current use.
+    pub fn reserve(&mut self, session: SessionId, bytes: u64) -> Reply {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return Reply::Error {
+                code: ErrorCode::BadMessage,
+                message: "not attached".into(),
+            };
+        };
+        let Some(c) = self.clients.get_mut(&s.client) else {
+            return Reply::Error {
+                code: ErrorCode::UnknownClient,
+                message: "client is gone".into(),
+            };
+        };
+        let cap = c.spec.share.memory.unwrap_or(NO_CAP);
+        match c.memory_used.checked_add(bytes) {
+            Some(total) if total <= cap => {
+                c.memory_used = total;
+                s.reserved += bytes;
+                Reply::Reserved { used: total }
+            }
+            _ => Reply::OverCap {
+                used: c.memory_used,
+                cap,
+            },
+        }
+    }
+
+    pub fn unreserve(&mut self, session: SessionId, bytes: u64) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        let bytes = bytes.min(s.reserved);
+        s.reserved -= bytes;
+        if let Some(c) = self.clients.get_mut(&s.client) {
+            c.memory_used = c.memory_used.saturating_sub(bytes);
+        }
+    }
+
+    /// Ends expired leases and sends the next grant. Returns when it next needs to run.
+    pub fn dispatch(&mut self) -> Option<Nanos> {
+        let now = self.now();
+        while let Some(g) = self.sched.poll(now) {
+            let delivered = self.sessions.get(&g.session).is_some_and(|s| {
+                s.tx.send(Reply::Grant {
+                    lease_ns: g.lease_ns,
+                })
+                .is_ok()
+            });
+            if delivered {
+                break;
+            }
+            // The session is closing: take the token back at once and pick again.
+            self.sched.session_gone(g.session, now);
+        }
+        self.sched.next_wakeup(now)
+    }
+
+    pub fn attached_pids(&self) -> BTreeSet<u32> {
+        self.sessions.values().map(|s| s.pid).collect()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn sessions_of_uid(&self, uid: u32) -> usize {
+        self.sessions.values().filter(|s| s.uid == uid).count()
+    }
+
+    // ---- management (the D-Bus side) ----
+
+    fn requests_with(&self, name: &str, request: f64) -> Vec<(String, f64)> {
+        let mut all: Vec<(String, f64)> = self
+            .clients
+            .values()
+            .filter(|c| c.spec.name != name && c.origin != Origin::Default)
+            .map(|c| (c.spec.name.clone(), c.spec.share.request))
+            .collect();
+        all.push((name.to_string(), request));
+        all
+    }
+
+    fn check_sum(&self, name: &str, request: f64) -> Result<(), StateError> {
+        let all = self.requests_with(name, request);
+        check_request_sum(all.iter().map(|(n, r)| (n.as_str(), *r)))
+            .map_err(StateError::InvalidArgument)
+    }
+
+    pub fn register(&mut self, spec: ClientSpec) -> Result<(), StateError> {
+        check_client_name(&spec.name).map_err(StateError::InvalidArgument)?;
+        if spec.name.starts_with("user.") {
+            return Err(StateError::InvalidArgument(
+                "names starting with \"user.\" are kept for users' default clients".into(),
+            ));
+        }
+        spec.share
+            .check(&spec.name)
+            .map_err(StateError::InvalidArgument)?;
+        if self.clients.contains_key(&spec.name) {
+            return Err(StateError::InvalidArgument(format!(
+                "client {:?} already exists",
+                spec.name
+            )));
+        }
+        self.check_sum(&spec.name, spec.share.request)?;
+        let name = spec.name.clone();
+        self.insert_client(spec, Origin::Registered);
+        self.emit(Event::Changed { client: name });
+        Ok(())
+    }
+
+    pub fn unregister(&mut self, name: &str) -> Result<(), StateError> {
+        let c = self.clients.get(name).ok_or_else(|| unknown(name))?;
+        match c.origin {
+            Origin::Registered => {}
+            Origin::Config => {
+                return Err(StateError::InvalidArgument(format!(
+                    "client {name:?} comes from {}; remove it there",
+                    self.config_path.display()
+                )))
+            }
+            Origin::Default => {
+                return Err(StateError::InvalidArgument(format!(
+                    "client {name:?} is a user's default client; it goes when its processes do"
+                )))
+            }
+        }
+        if !c.sessions.is_empty() {
+            return Err(StateError::InvalidArgument(format!(
+                "client {name:?} has {} attached processes; stop them first",
+                c.sessions.len()
+            )));
+        }
+        self.remove_client(name);
+        self.emit(Event::Changed {
+            client: name.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Changes a client's request, limit and/or memory cap (None leaves a value as it is).
+    pub fn set_share(
+        &mut self,
+        name: &str,
+        request: Option<f64>,
+        limit: Option<f64>,
+        memory: Option<Option<u64>>,
+    ) -> Result<(), StateError> {
+        let c = self.clients.get(name).ok_or_else(|| unknown(name))?;
+        let mut share = c.spec.share;
+        share.request = request.unwrap_or(share.request);
+        share.limit = limit.unwrap_or(share.limit);
+        if let Some(m) = memory {
+            share.memory = m;
+        }
+        share.check(name).map_err(StateError::InvalidArgument)?;
+        if c.origin != Origin::Default {
+            self.check_sum(name, share.request)?;
+        }
+        let id = c.id;
+        let now = self.now();
+        self.sched.set_client(id, shares(&share), now);
+        if let Some(c) = self.clients.get_mut(name) {
+            c.spec.share = share;
+        }
+        self.emit(Event::Changed {
+            client: name.to_string(),
+        });
+        self.dispatch();
+        Ok(())
+    }
+
+    pub fn report(&self, name: &str) -> Option<ClientReport> {
+        let c = self.clients.get(name)?;
+        let now = self.now();
+        let u = self.sched.usage(c.id, now)?;
+        Some(ClientReport {
+            name: c.spec.name.clone(),
+            origin: c.origin.as_str(),
+            request: c.spec.share.request,
+            limit: c.spec.share.limit,
+            memory: c.spec.share.memory,
+            memory_used: c.memory_used,
+            share_used: u.share,
+            gpu_time_ns: u.gpu_total,
+            charged_ns: u.charged_total,
+            grants: u.grants,
+            holding: u.holding,
+            waiting: u.waiting as u32,
+            pids: c
+                .sessions
+                .iter()
+                .filter_map(|s| self.sessions.get(s))
+                .map(|s| s.pid)
+                .collect(),
+            users: c.spec.access.users.clone(),
+            groups: c.spec.access.groups.clone(),
+            mps_thread_percentage: c.spec.mps.thread_percentage,
+            mps_pinned_mem_limit: c.spec.mps.pinned_mem_limit,
+        })
+    }
+
+    pub fn reports(&self) -> Vec<ClientReport> {
+        self.clients.keys().filter_map(|n| self.report(n)).collect()
+    }
+
+    /// Applies a newly loaded config, or records why it could not be applied. The old config
+    /// keeps running on any error.
+    pub fn apply_config(&mut self, loaded: Result<Config, String>) -> Result<(), String> {
+        let result = loaded.and_then(|new| {
+            // Registered clients stay; together with the new file's clients the requests must fit.
+            let registered: Vec<(String, f64)> = self
+                .clients
+                .values()
+                .filter(|c| {
+                    c.origin == Origin::Registered && !new.clients.contains_key(&c.spec.name)
+                })
+                .map(|c| (c.spec.name.clone(), c.spec.share.request))
+                .collect();
+            let all = new
+                .clients
+                .values()
+                .map(|c| (c.name.clone(), c.share.request))
+                .chain(registered)
+                .collect::<Vec<_>>();
+            check_request_sum(all.iter().map(|(n, r)| (n.as_str(), *r))).map_err(|e| {
+                format!(
+                    "{}: {e} (counting clients registered over D-Bus)",
+                    self.config_path.display()
+                )
+            })?;
+            Ok(new)
+        });
+        match result {
+            Ok(new) => {
+                self.swap_config(new);
+                self.config_error = None;
+                self.emit(Event::ConfigReloaded {
+                    ok: true,
+                    message: String::new(),
+                });
+                Ok(())
+            }
+            Err(message) => {
+                self.config_error = Some(message.clone());
+                self.emit(Event::ConfigReloaded {
+                    ok: false,
+                    message: message.clone(),
+                });
+                Err(message)
+            }
+        }
+    }
+
+    fn swap_config(&mut self, new: Config) {
+        let gone: Vec<String> = self
+            .clients
+            .values()
+            .filter(|c| {
+                c.origin == Origin::Config
+                    && !new.clients.contains_key(&c.spec.name)
+                    && c.sessions.is_empty()
+            })
+            .map(|c| c.spec.name.clone())
+            .collect();
+        for name in gone {
+            self.remove_client(&name);
+            self.emit(Event::Changed { client: name });
+        }
+        let now = self.now();
+        for spec in new.clients.values() {
+            match self.clients.get_mut(&spec.name) {
+                Some(c) => {
+                    if c.spec != *spec || c.origin != Origin::Config {
+                        c.spec = spec.clone();
+                        c.origin = Origin::Config;
+                        self.sched.set_client(c.id, shares(&spec.share), now);
+                        let _ = self.events.send(Event::Changed {
+                            client: spec.name.clone(),
+                        });
+                    }
+                }
+                None => {
+                    self.insert_client(spec.clone(), Origin::Config);
+                    self.emit(Event::Changed {
+                        client: spec.name.clone(),
+                    });
+                }
+            }
+        }
+        // Users' default clients follow the new defaults.
+        let defaults: Vec<(String, Share)> = self
+            .clients
+            .values()
+            .filter(|c| c.origin == Origin::Default)
+            .map(|c| {
+                let user = c.spec.name.trim_start_matches("user.").to_string();
+                (c.spec.name.clone(), new.defaults_for(&user, &[]))
+            })
+            .collect();
+        for (name, share) in defaults {
+            if let Some(c) = self.clients.get_mut(&name) {
+                if c.spec.share != share {
+                    c.spec.share = share;
+                    self.sched.set_client(c.id, shares(&share), now);
+                }
+            }
+        }
+        self.sched
+            .set_quantum(new.daemon.quantum.as_nanos() as Nanos);
+        self.config = new;
+        self.dispatch();
+    }
+}
+
+fn shares(s: &Share) -> Shares {
+    Shares {
+        request: s.request,
+        limit: s.limit,
+    }
+}
+
+fn unknown(name: &str) -> StateError {
+    StateError::UnknownClient(format!("there is no client named {name:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(text: &str) -> (State, broadcast::Receiver<Event>) {
+        let (tx, rx) = broadcast::channel(64);
+        (
+            State::new(
+                Config::parse(text).unwrap(),
+                "/etc/gpushare/gpushare.toml".into(),
+                tx,
+            ),
+            rx,
+        )
+    }
+
+    fn user(uid: u32, name: &str) -> Identity {
+        Identity {
+            uid,
+            gid: uid,
+            user: name.into(),
+            groups: vec![name.into()],
+            gids: vec![uid],
+        }
+    }
+
+    const CFG: &str = "[defaults]\nmemory = \"1GiB\"\n[clients.train]\nrequest = 0.5\nmemory = 1000\nusers = [\"alice\"]\n";
+
+    #[test]
+    fn attach_checks_access_and_memory_is_freed_on_detach() {
+        let (mut s, _rx) = state(CFG);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let alice = user(1000, "alice");
+        let bob = user(1001, "bob");
+        let err = s.attach(&bob, 7, "train", tx.clone()).unwrap_err();
+        assert_eq!(err.0, ErrorCode::NotAllowed);
+        assert!(err.1.contains("bob"), "{}", err.1);
+        let (sid, welcome) = s.attach(&alice, 8, "train", tx.clone()).unwrap();
+        assert!(matches!(
+            welcome,
+            Reply::Welcome {
+                memory_cap: 1000,
+                ..
+            }
+        ));
+        assert_eq!(s.reserve(sid, 600), Reply::Reserved { used: 600 });
+        assert_eq!(
+            s.reserve(sid, 401),
+            Reply::OverCap {
+                used: 600,
+                cap: 1000
+            }
+        );
+        assert_eq!(s.reserve(sid, 400), Reply::Reserved { used: 1000 });
+        s.unreserve(sid, 100);
+        assert_eq!(s.reserve(sid, 0), Reply::Reserved { used: 900 });
+        s.acquire(sid);
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Reply::Grant {
+                lease_ns: 20_000_000
+            }
+        );
+        s.detach(sid);
+        let r = s.report("train").unwrap();
+        assert_eq!(r.memory_used, 0);
+        assert!(!r.holding);
+        assert!(r.pids.is_empty());
+    }
+
+    #[test]
+    fn unnamed_processes_get_their_users_default_client() {
+        let (mut s, _rx) = state(CFG);
+        let (tx, _r) = mpsc::unbounded_channel();
+        let (a, w) = s.attach(&user(1001, "bob"), 9, "", tx.clone()).unwrap();
+        assert!(
+            matches!(&w, Reply::Welcome { client, memory_cap, .. } if client == "user.bob" && *memory_cap == 1 << 30)
+        );
+        // another user cannot attach as bob's default client
+        assert!(s
+            .attach(&user(1002, "carol"), 10, "user.bob", tx.clone())
+            .is_err());
+        s.detach(a);
+        assert!(
+            s.report("user.bob").is_none(),
+            "default client goes with its last process"
+        );
+    }
+
+    #[test]
+    fn two_sessions_alternate_and_a_dead_holder_passes_the_token() {
+        let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\n[clients.b]\nusers=[\"*\"]\n");
+        let (ta, mut ra) = mpsc::unbounded_channel();
+        let (tb, mut rb) = mpsc::unbounded_channel();
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", ta).unwrap();
+        let (b, _) = s.attach(&user(1, "u"), 2, "b", tb).unwrap();
+        s.acquire(a);
+        s.acquire(b);
+        assert!(matches!(ra.try_recv(), Ok(Reply::Grant { .. })));
+        assert!(rb.try_recv().is_err(), "b waits while a holds the token");
+        s.detach(a); // a crashed
+        assert!(matches!(rb.try_recv(), Ok(Reply::Grant { .. })));
+    }
+
+    #[test]
+    fn management_rules() {
+        let (mut s, mut rx) = state(CFG);
+        let spec = |name: &str, request: f64| ClientSpec {
+            name: name.into(),
+            share: Share {
+                request,
+                limit: 1.0,
+                memory: None,
+            },
+            mps: MpsShare::default(),
+            access: Access::default(),
+        };
+        let e = s.register(spec("big", 0.6)).unwrap_err();
+        assert!(
+            matches!(&e, StateError::InvalidArgument(m) if m.contains("add up to 1.100")),
+            "{e:?}"
+        );
+        s.register(spec("small", 0.2)).unwrap();
+        assert!(matches!(rx.try_recv(), Ok(Event::Changed { .. })));
+        assert!(s.register(spec("small", 0.1)).is_err(), "duplicate");
+        assert!(s.register(spec("user.x", 0.1)).is_err(), "reserved prefix");
+        s.set_share("small", Some(0.3), Some(0.9), Some(Some(5 << 30)))
+            .unwrap();
+        let r = s.report("small").unwrap();
+        assert_eq!((r.request, r.limit, r.memory), (0.3, 0.9, Some(5 << 30)));
+        assert!(
+            s.set_share("small", Some(0.6), None, None).is_err(),
+            "sum over 1"
+        );
+        assert!(
+            s.set_share("small", None, Some(0.1), None).is_err(),
+            "limit under request"
+        );
+        assert!(matches!(
+            s.set_share("nope", Some(0.1), None, None),
+            Err(StateError::UnknownClient(_))
+        ));
+        assert!(s.unregister("train").is_err(), "config clients stay");
+        s.unregister("small").unwrap();
+        assert!(s.report("small").is_none());
+    }
+
+    #[test]
+    fn broken_reload_keeps_the_running_config() {
+        let (mut s, mut rx) = state(CFG);
+        let e = s
+            .apply_config(Config::parse("[clients.train]\nrequest = 2\n"))
+            .unwrap_err();
+        assert!(e.contains("request 2"), "{e}");
+        assert_eq!(s.config_error.as_deref(), Some(e.as_str()));
+        assert_eq!(s.report("train").unwrap().request, 0.5);
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Event::ConfigReloaded { ok: false, .. })
+        ));
+        s.apply_config(Config::parse(
+            "[clients.train]\nrequest = 0.25\n[clients.new]\n",
+        ))
+        .unwrap();
+        assert_eq!(s.report("train").unwrap().request, 0.25);
+        assert!(s.report("new").is_some());
+        assert!(s.config_error.is_none());
+    }
+}

@@ -1,0 +1,133 @@
+//! Human units in the config and on the command line: byte sizes ("8GiB", "512MiB",
+//! "unlimited") and durations ("20ms", "2s").
+
+use std::time::Duration;
+
+/// Parses a byte size. Binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB) suffixes, `K`/`M`/
+/// `G`/`T` as binary, a bare number as bytes, and "unlimited"/"none" as `None`.
+pub fn parse_bytes(text: &str) -> Result<Option<u64>, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("unlimited") || t.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(format!(
+                "unknown size unit {unit:?} in {text:?} (use B, KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    let value: f64 = num.parse().map_err(|_| {
+        format!("{text:?} is not a size (examples: \"8GiB\", \"512MiB\", \"unlimited\")")
+    })?;
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+        return Err(format!("size {text:?} is out of range"));
+    }
+    Ok(Some(bytes.round() as u64))
+}
+
+/// Formats a byte count the way `parse_bytes` reads it back, using the largest exact binary unit
+/// or one decimal place.
+pub fn format_bytes(bytes: Option<u64>) -> String {
+    let Some(b) = bytes else {
+        return "unlimited".into();
+    };
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (name, size) in UNITS {
+        if b >= size {
+            return if b % size == 0 {
+                format!("{}{name}", b / size)
+            } else {
+                format!("{:.1}{name}", b as f64 / size as f64)
+            };
+        }
+    }
+    format!("{b}B")
+}
+
+/// Parses a duration: a number with `ns`, `us`, `ms`, `s` or `min`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (examples: \"20ms\", \"2s\")"))?;
+    let secs = match unit.trim() {
+        "ns" => value / 1e9,
+        "us" | "µs" => value / 1e6,
+        "ms" => value / 1e3,
+        "s" => value,
+        "min" => value * 60.0,
+        "" => {
+            return Err(format!(
+                "duration {text:?} needs a unit (ns, us, ms, s, min)"
+            ))
+        }
+        u => return Err(format!("unknown duration unit {u:?} in {text:?}")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {text:?} is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("8GiB"), Ok(Some(8 << 30)));
+        assert_eq!(parse_bytes("512 MiB"), Ok(Some(512 << 20)));
+        assert_eq!(parse_bytes("1.5G"), Ok(Some(3 << 29)));
+        assert_eq!(parse_bytes("2GB"), Ok(Some(2_000_000_000)));
+        assert_eq!(parse_bytes("4096"), Ok(Some(4096)));
+        assert_eq!(parse_bytes("unlimited"), Ok(None));
+        assert!(parse_bytes("8 parsecs")
+            .unwrap_err()
+            .contains("unknown size unit"));
+        assert!(parse_bytes("GiB").is_err());
+        assert!(parse_bytes("-1GiB").is_err());
+    }
+
+    #[test]
+    fn sizes_round_trip_through_format() {
+        for b in [0, 1, 1023, 1024, 4 << 30, 3 << 29, 5 << 40] {
+            let s = format_bytes(Some(b));
+            let back = parse_bytes(&s).unwrap().unwrap();
+            let err = (back as f64 - b as f64).abs() / (b.max(1) as f64);
+            assert!(err < 0.05, "{b} -> {s} -> {back}");
+        }
+        assert_eq!(format_bytes(Some(8 << 30)), "8GiB");
+        assert_eq!(format_bytes(None), "unlimited");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20ms"), Ok(Duration::from_millis(20)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500us"), Ok(Duration::from_micros(500)));
+        assert!(parse_duration("20").unwrap_err().contains("needs a unit"));
+        assert!(parse_duration("fast").is_err());
+    }
+}
