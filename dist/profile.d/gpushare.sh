@@ -1,4 +1,5 @@
-# /etc/profile.d/gpushare.sh: opt-in preload of the gpushare hook.
+# shellcheck shell=sh
+# gpushare: opt-in preload of the gpushare hook (/etc/profile.d/gpushare.sh).
 #
 # Login shells of users who opted in get LD_PRELOAD of libgpushare.so, so
 # that their CUDA programs are scheduled by gpushared (see libgpushare(7)).
@@ -20,6 +21,7 @@ if [ "${GPUSHARE_AUTO-}" != 0 ]; then
     elif [ ! -e "$_gpushare_conf/noauto" ] && [ -r /etc/default/gpushare ]; then
         # Read the setting in a subshell: a broken defaults file cannot
         # break or exit this shell.
+        # shellcheck disable=SC1091
         _gpushare_want=$(. /etc/default/gpushare >/dev/null 2>&1
             [ "${GPUSHARE_AUTO-}" = 1 ] && echo 1)
     fi

@@ -19,7 +19,7 @@ for page in "${pages[@]}"; do
     warnings=$(MANWIDTH=80 LC_ALL=C.UTF-8 man --warnings -l "$page" 2>&1 >/dev/null)
     if [ -n "$warnings" ]; then
         echo "check-man: $page:" >&2
-        echo "$warnings" | sed 's/^/  /' >&2
+        printf '  %s\n' "$warnings" >&2
         bad=1
     elif ! MANWIDTH=80 man -l "$page" 2>/dev/null | grep -q '^NAME'; then
         echo "check-man: $page: renders without a NAME section" >&2

@@ -1,4 +1,7 @@
 #!/bin/bash
+# Commands in single quotes run inside the container or in a child shell.
+# shellcheck disable=SC2016
+#
 # System test: the gpushare .deb in a booted Debian 12 container.
 #
 # Builds the package (dist/build-deb.sh, lintian included) unless GPUSHARE_DEB
@@ -39,9 +42,10 @@ need man man-db
 need python3 python3
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
-    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
-        || die "could not install ${missing[*]}"
+    if ! { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }; then
+        die "could not install ${missing[*]}"
+    fi
 fi
 
 # ---- checks ----
@@ -73,8 +77,9 @@ else
     debdir=$(mktemp -d)
     check "package builds and lintian reports no errors" \
         env LINTIAN=1 "$repo/dist/build-deb.sh" "$debdir"
-    deb=$(ls "$debdir"/gpushare_*.deb 2>/dev/null | head -n 1)
-    [ -n "$deb" ] || die "no package was built"
+    debs=("$debdir"/gpushare_*.deb)
+    deb=${debs[0]}
+    [ -f "$deb" ] || die "no package was built"
 fi
 check "man pages render without warnings" "$repo/tests/system/check-man.sh"
 
@@ -152,7 +157,7 @@ as() {
 }
 
 booted() {
-    local state= _
+    local state='' _
     # systemctl fails to connect until systemd has set up its private socket.
     for _ in $(seq 120); do
         state=$(ctr timeout 120 systemctl is-system-running --wait 2>&1)
@@ -217,7 +222,7 @@ fails() { ! "$@"; }
 output_matches() {
     local re=$1 out
     shift
-    out=$("$@" 2>&1) || { echo "$out"; echo "(exit status $?)"; return 1; }
+    if ! out=$("$@" 2>&1); then echo "$out"; echo "(failed)"; return 1; fi
     echo "$out"
     grep -Eq -- "$re" <<<"$out"
 }
