@@ -396,6 +396,43 @@ check "profile.d: a user who opted in gets the hook at login" \
     output_is "/usr/lib/x86_64-linux-gnu/libgpushare.so ok" ctr runuser -l bob -c 'echo "$LD_PRELOAD $(ls / >/dev/null && echo ok)"'
 check "profile.d: other users get nothing" output_is "" ctr runuser -l carol -c 'echo "${LD_PRELOAD-}"'
 
+# ---- the packaged hook against the packaged daemon ----
+# A CUDA program of an unprivileged user, run with `gpushare run`, against the
+# fake libcuda.so.1 of the hook's tests (built here; there is no GPU). Client
+# "train" has a 1 GiB memory cap, which the hook must report and enforce.
+fakes="$repo/tests/fakes"
+if [ -f "$fakes/fake_cuda.c" ] && [ -f "$fakes/client.c" ] && command -v gcc >/dev/null; then
+    fake_dir="$root/opt/fake-cuda"
+    mkdir -p "$fake_dir"
+    if ! { gcc -O1 -shared -fPIC -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
+        -o "$fake_dir/libcuda.so.1" "$fakes/fake_cuda.c" -lpthread &&
+        gcc -O1 -DVIA_DLSYM -o "$fake_dir/client" "$fakes/client.c" -ldl; }; then
+        die "cannot build the fake driver"
+    fi
+    chmod -R a+rX "$fake_dir"
+    cuda_as_bob() {
+        as bob env LD_LIBRARY_PATH=/opt/fake-cuda gpushare run --name train -- /opt/fake-cuda/client "$@"
+    }
+    check "hook: cuMemGetInfo reports the client's cap" \
+        output_matches '^info free=[0-9]+ total=1073741824 -> 0$' cuda_as_bob info
+    check "hook: an allocation above the cap fails with out-of-memory" \
+        output_matches '^alloc 2147483648 -> 2$' cuda_as_bob alloc:2147483648
+    check "hook: launches run under the daemon's tokens" \
+        output_matches '^launch 10 -> 0$' cuda_as_bob launch:10:1000
+    check "hook: the daemon granted the client its token" \
+        output_matches '^[1-9][0-9]*$' client_field train grants
+    ctr runuser -u bob -- env LD_LIBRARY_PATH=/opt/fake-cuda \
+        sh -c 'gpushare run --name train -- /opt/fake-cuda/client alloc:1048576 sleep:4000 >/dev/null 2>&1 &'
+    sleep 2
+    check "hook: the daemon counts the attached process's memory" \
+        output_matches '^[1-9][0-9]*$' client_field train memory_used
+    check "hook: the attached process is listed" output_matches '[0-9]' client_field train pids
+    sleep 3
+    check "hook: memory is freed when the process exits" near memory_used 0 "$(client_field train memory_used)"
+else
+    say "tests/fakes (fake libcuda) or gcc missing: the hook checks are skipped"
+fi
+
 # ---- logs ----
 daemon_logged() {
     # Entries that gpushared wrote itself (not systemd's about the unit).
