@@ -43,5 +43,5 @@ echo "build-deb: $out/$deb"
 
 if [ "${LINTIAN-0}" = 1 ]; then
     # --fail-on error: warnings are reported but do not fail the build.
-    lintian --fail-on error --info "$out/$deb"
+    lintian --fail-on error "$out/$deb"
 fi
