@@ -1,6 +1,7 @@
 //! `gpushare`: the command line client of the org.gpushare1 D-Bus API, and `gpushare run`, which
 //! starts a program with the hook preloaded.
 
+mod check;
 mod output;
 mod run;
 
@@ -77,6 +78,19 @@ pub enum Command {
     },
     /// Make the daemon read its config file again.
     Reload,
+    /// Attach to the daemon's socket as the hook would, and say what this user gets.
+    Check {
+        /// Attach as this client (default: your user's default client).
+        #[arg(long, env = "GPUSHARE_CLIENT", default_value = "")]
+        name: String,
+        /// The daemon's socket.
+        #[arg(
+            long,
+            env = "GPUSHARE_SOCKET",
+            default_value = "/run/gpushare/gpushare.sock"
+        )]
+        socket: PathBuf,
+    },
     /// Run a program under gpushare: with the hook preloaded, attached as a client.
     Run {
         /// Attach as this client (default: your user's default client).
@@ -182,6 +196,19 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         return run::exec(name.as_deref(), &hook, &command)
             .map_err(|message| Failure { message, code: 1 });
     }
+    if let Command::Check { name, socket } = &cli.command {
+        let reply = check::attach(socket, name).map_err(|message| Failure { message, code: 1 })?;
+        let line = check::describe(&reply).map_err(usage)?;
+        if cli.json {
+            println!(
+                "{}",
+                serde_json::json!({ "attached": true, "description": line })
+            );
+        } else {
+            println!("{line}");
+        }
+        return Ok(());
+    }
     let m = proxy(&cli.bus).await?;
     match cli.command {
         Command::Status => {
@@ -243,7 +270,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Unregister { name } => m.unregister_client(&name).await?,
         Command::Reload => m.reload().await?,
-        Command::Run { .. } => unreachable!("handled above"),
+        Command::Run { .. } | Command::Check { .. } => unreachable!("handled above"),
     }
     Ok(())
 }

@@ -18,6 +18,9 @@ use std::sync::{Arc, Mutex};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{broadcast, Notify};
 
+/// How long the daemon waits for the bus before giving up at start.
+const BUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     let mut config = Config::load(&args.config)
         .map_err(anyhow::Error::msg)
@@ -59,12 +62,17 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 devices: Arc::new(Vec::new),
                 reload: reload.clone(),
             };
-            let conn = choice
+            let connect = choice
                 .builder()?
                 .name(dbus_api::BUS_NAME)?
                 .serve_at(dbus_api::OBJECT_PATH, manager)?
-                .build()
+                .build();
+            let conn = tokio::time::timeout(BUS_TIMEOUT, connect)
                 .await
+                .map_err(|_| {
+                    anyhow::anyhow!("the {choice} bus did not answer within {BUS_TIMEOUT:?}")
+                })
+                .and_then(|r| r.map_err(anyhow::Error::from))
                 .with_context(|| {
                     format!("cannot own {} on the {choice} bus", dbus_api::BUS_NAME)
                 })?;

@@ -1,0 +1,293 @@
+//! Shared pieces of the integration tests: a private dbus-daemon, a real gpushared, users.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gpushare::protocol::{frame_len, Reply, Request, PROTOCOL_VERSION};
+
+pub const GPUSHARED: &str = env!("CARGO_BIN_EXE_gpushared");
+pub const GPUSHARE: &str = env!("CARGO_BIN_EXE_gpushare");
+
+/// A temp dir every user can enter (the tests drop privileges for some commands).
+pub fn open_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+pub fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A private dbus-daemon with a policy that lets every user connect, like the system bus.
+pub struct TestBus {
+    child: Child,
+    pub address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl TestBus {
+    pub fn start() -> TestBus {
+        let dir = open_tempdir();
+        let socket = dir.path().join("bus");
+        let conf = dir.path().join("bus.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#,
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", conf.display()))
+            .arg("--nofork")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon must be installed (apt-get install dbus)");
+        wait_for("the bus socket", Duration::from_secs(10), || {
+            socket.exists()
+        });
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+        TestBus {
+            child,
+            address: format!("unix:path={}", socket.display()),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for TestBus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real gpushared with its own config file and socket directory.
+pub struct Daemon {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    pub bus: Option<String>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: &str, bus: Option<&TestBus>) -> Daemon {
+        Self::start_with(config, bus, &[])
+    }
+
+    pub fn start_with(config: &str, bus: Option<&TestBus>, env: &[(&str, &str)]) -> Daemon {
+        let dir = open_tempdir();
+        let config_path = dir.path().join("gpushare.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let sockdir = dir.path().join("run");
+        let log = dir.path().join("daemon.log");
+        let mut cmd = Command::new(GPUSHARED);
+        cmd.arg("--config")
+            .arg(&config_path)
+            .arg("--socket-dir")
+            .arg(&sockdir)
+            .arg("--bus")
+            .arg(bus.map_or("none", |b| b.address.as_str()))
+            .arg("--log")
+            .arg("debug")
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start gpushared");
+        let d = Daemon {
+            child,
+            socket: sockdir.join("gpushare.sock"),
+            config: config_path,
+            dir,
+            bus: bus.map(|b| b.address.clone()),
+            log,
+        };
+        let socket = d.socket.clone();
+        wait_for("the daemon's socket", Duration::from_secs(20), || {
+            socket.exists()
+        });
+        if d.bus.is_some() {
+            wait_for("the daemon's bus name", Duration::from_secs(20), || {
+                d.cli(&["clients"]).status.success()
+            });
+        }
+        d
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs the CLI against this daemon as root.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_as(None, args)
+    }
+
+    /// Runs the CLI as `uid` (None: as the test, root).
+    pub fn cli_as(&self, uid: Option<u32>, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(GPUSHARE);
+        cmd.args(args)
+            .env("GPUSHARE_BUS", self.bus.as_deref().unwrap_or("none"))
+            .env("GPUSHARE_SOCKET", &self.socket);
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        cmd.output().expect("run gpushare")
+    }
+
+    pub fn busctl(&self, args: &[&str]) -> Output {
+        Command::new("busctl")
+            .arg(format!(
+                "--address={}",
+                self.bus.as_deref().expect("daemon has no bus")
+            ))
+            .args(args)
+            .output()
+            .expect("busctl must be installed (systemd)")
+    }
+
+    pub fn clients_json(&self) -> serde_json::Value {
+        let out = self.cli(&["--json", "clients"]);
+        assert!(
+            out.status.success(),
+            "gpushare clients: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("clients --json is JSON")
+    }
+
+    pub fn client(&self, name: &str) -> serde_json::Value {
+        self.clients_json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no client {name}"))
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid() as i32), sig).unwrap();
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn(UnixStream::connect(&self.socket).expect("connect to the daemon socket"))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw protocol connection, as the hook would make.
+pub struct Conn(pub UnixStream);
+
+impl Conn {
+    pub fn send(&mut self, r: &Request) {
+        self.0.write_all(r.encode().unwrap().as_bytes()).unwrap();
+    }
+
+    pub fn recv(&mut self) -> Option<Reply> {
+        let mut header = [0u8; 4];
+        self.0.read_exact(&mut header).ok()?;
+        let mut payload = vec![0u8; frame_len(header).ok()?];
+        self.0.read_exact(&mut payload).ok()?;
+        Reply::decode(&payload).ok()
+    }
+
+    pub fn recv_within(&mut self, t: Duration) -> Option<Reply> {
+        self.0.set_read_timeout(Some(t)).unwrap();
+        let r = self.recv();
+        self.0.set_read_timeout(None).unwrap();
+        r
+    }
+
+    pub fn hello(&mut self, client: &str) -> Reply {
+        self.send(&Request::Hello {
+            version: PROTOCOL_VERSION,
+            client: client.into(),
+        });
+        self.recv().expect("a reply to Hello")
+    }
+}
+
+/// Makes a system user for the tests (idempotent) and returns its uid.
+pub fn test_user(name: &str) -> u32 {
+    let exists = Command::new("id").arg("-u").arg(name).output().unwrap();
+    if !exists.status.success() {
+        let st = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--user-group",
+                "--shell",
+                "/usr/sbin/nologin",
+                name,
+            ])
+            .status()
+            .expect("useradd");
+        assert!(st.success() || Command::new("id").arg(name).status().unwrap().success());
+    }
+    let out = Command::new("id").arg("-u").arg(name).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("uid")
+}
+
+pub fn require_root() {
+    assert!(
+        nix::unistd::Uid::effective().is_root(),
+        "these tests run as root (they create users and drop privileges)"
+    );
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

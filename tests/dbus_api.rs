@@ -1,0 +1,324 @@
+//! The D-Bus API through a real private dbus-daemon, driven by busctl and the CLI.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const CONFIG: &str = r#"
+[clients.train]
+request = 0.5
+memory = "4GiB"
+users = ["*"]
+"#;
+
+#[test]
+fn busctl_and_cli_register_change_and_read_back() {
+    require_root();
+    let bus = TestBus::start();
+    let d = Daemon::start(CONFIG, Some(&bus));
+
+    // register through busctl, with the raw D-Bus types
+    let out = d.busctl(&[
+        "call",
+        "org.gpushare1",
+        "/org/gpushare1",
+        "org.gpushare1.Manager",
+        "RegisterClient",
+        "sddtasas",
+        "infer",
+        "0.3",
+        "0.8",
+        "2147483648",
+        "1",
+        "*",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "busctl RegisterClient: {}",
+        stderr(&out)
+    );
+    let infer = d.client("infer");
+    assert_eq!(infer["origin"], "registered");
+    assert_eq!(infer["request"], 0.3);
+    assert_eq!(infer["limit"], 0.8);
+    assert_eq!(infer["memory"], 2u64 << 30);
+
+    // change shares through the CLI and read them back through busctl
+    let out = d.cli(&[
+        "set",
+        "train",
+        "--request",
+        "0.4",
+        "--limit",
+        "0.9",
+        "--memory",
+        "6GiB",
+    ]);
+    assert!(out.status.success(), "gpushare set: {}", stderr(&out));
+    let out = d.busctl(&[
+        "--json=short",
+        "call",
+        "org.gpushare1",
+        "/org/gpushare1",
+        "org.gpushare1.Manager",
+        "GetClient",
+        "s",
+        "train",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dict = &v["data"][0];
+    assert_eq!(dict["request"]["data"], 0.4);
+    assert_eq!(dict["limit"]["data"], 0.9);
+    assert_eq!(dict["memory"]["data"], 6u64 << 30);
+
+    // only the limit: the request stays
+    assert!(d.cli(&["set", "train", "--limit", "0.7"]).status.success());
+    let train = d.client("train");
+    assert_eq!(
+        (train["request"].as_f64(), train["limit"].as_f64()),
+        (Some(0.4), Some(0.7))
+    );
+
+    // the CLI's register and unregister
+    let out = d.cli(&[
+        "register",
+        "batch",
+        "--request",
+        "0.1",
+        "--user",
+        "nobody",
+        "--group",
+        "ml",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.client("batch")["users"], serde_json::json!(["nobody"]));
+    assert!(d.cli(&["unregister", "batch"]).status.success());
+    assert!(!d
+        .clients_json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "batch"));
+
+    // the table names every client
+    let table = stdout(&d.cli(&["clients"]));
+    assert!(table.starts_with("CLIENT"), "{table}");
+    assert!(
+        table.contains("infer") && table.contains("train"),
+        "{table}"
+    );
+}
+
+#[test]
+fn bad_changes_get_their_sentence_and_exit_2() {
+    require_root();
+    let bus = TestBus::start();
+    let d = Daemon::start(CONFIG, Some(&bus));
+    let cases: [(&[&str], &str, &str); 4] = [
+        (
+            &["register", "big", "--request", "0.6"],
+            "InvalidArgument",
+            "add up to 1.100",
+        ),
+        (
+            &["set", "ghost", "--request", "0.1"],
+            "UnknownClient",
+            "no client named \"ghost\"",
+        ),
+        (
+            &["set", "train", "--request", "0.9", "--limit", "0.5"],
+            "InvalidArgument",
+            "above its limit",
+        ),
+        (&["unregister", "train"], "InvalidArgument", "comes from"),
+    ];
+    for (args, error, sentence) in cases {
+        let out = d.cli(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("org.gpushare1.Error.{error}")),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(sentence), "{args:?}: {err}");
+    }
+    assert_eq!(d.client("train")["request"], 0.5, "nothing changed");
+}
+
+#[test]
+fn unprivileged_callers_may_read_but_not_change() {
+    require_root();
+    let uid = test_user("gpstest-reader");
+    let bus = TestBus::start();
+    let d = Daemon::start(CONFIG, Some(&bus));
+
+    let out = d.cli_as(Some(uid), &["--json", "clients"]);
+    assert!(out.status.success(), "reads are open: {}", stderr(&out));
+
+    let out = d.cli_as(Some(uid), &["set", "train", "--request", "0.1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("org.gpushare1.Error.NotAuthorized"),
+        "{}",
+        stderr(&out)
+    );
+
+    // busctl as the same user is refused too
+    use std::os::unix::process::CommandExt;
+    let out = std::process::Command::new("busctl")
+        .arg(format!("--address={}", bus.address))
+        .args([
+            "call",
+            "org.gpushare1",
+            "/org/gpushare1",
+            "org.gpushare1.Manager",
+            "SetMemoryCap",
+            "st",
+            "train",
+            "1",
+        ])
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("may not change"), "{}", stderr(&out));
+    assert_eq!(d.client("train")["request"], 0.5);
+    assert_eq!(d.client("train")["memory"], 4u64 << 30);
+}
+
+#[test]
+fn admin_groups_may_change_shares() {
+    require_root();
+    let uid = test_user("gpstest-admin");
+    let bus = TestBus::start();
+    let d = Daemon::start(
+        &format!("[daemon]\nadmin_groups = [\"gpstest-admin\"]\n{CONFIG}"),
+        Some(&bus),
+    );
+    let out = d.cli_as(Some(uid), &["set", "train", "--request", "0.2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.client("train")["request"], 0.2);
+}
+
+#[test]
+fn broken_config_is_reported_and_the_old_one_keeps_running() {
+    require_root();
+    let bus = TestBus::start();
+    let d = Daemon::start(CONFIG, Some(&bus));
+    let get_error = || {
+        let out = d.busctl(&[
+            "get-property",
+            "org.gpushare1",
+            "/org/gpushare1",
+            "org.gpushare1.Manager",
+            "ConfigError",
+        ]);
+        stdout(&out)
+    };
+
+    // SIGHUP with a broken file
+    std::fs::write(
+        &d.config,
+        "[clients.train]\nrequest = 0.7\n[clients.other]\nrequest = 0.6\n",
+    )
+    .unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the config error", Duration::from_secs(10), || {
+        get_error().contains("add up to 1.300")
+    });
+    assert_eq!(
+        d.client("train")["request"],
+        0.5,
+        "the running config stays"
+    );
+    let status = stdout(&d.cli(&["status"]));
+    assert!(status.contains("config error"), "{status}");
+    assert!(d.log().contains("config not reloaded"), "{}", d.log());
+
+    // Reload over D-Bus says why, too
+    let out = d.cli(&["reload"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("add up to 1.300"), "{}", stderr(&out));
+
+    // fixing the file is picked up without a signal (file watch)
+    std::fs::write(
+        &d.config,
+        "[clients.train]\nrequest = 0.25\nusers = [\"*\"]\n",
+    )
+    .unwrap();
+    wait_for("the file watch to reload", Duration::from_secs(10), || {
+        d.client("train")["request"] == 0.25
+    });
+    assert_eq!(get_error().trim(), "s \"\"");
+}
+
+#[test]
+fn shipped_introspection_matches_the_live_service() {
+    require_root();
+    let bus = TestBus::start();
+    let d = Daemon::start(CONFIG, Some(&bus));
+    let out = d.busctl(&[
+        "call",
+        "org.gpushare1",
+        "/org/gpushare1",
+        "org.freedesktop.DBus.Introspectable",
+        "Introspect",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // busctl prints: s "<xml...>" with escapes
+    let raw = stdout(&out);
+    let xml = raw
+        .trim()
+        .strip_prefix("s \"")
+        .and_then(|s| s.strip_suffix('"'))
+        .expect("a string reply");
+    let xml = xml
+        .replace("\\\"", "\"")
+        .replace("\\'", "'")
+        .replace("\\n", "\n");
+    let live = interface_element(&xml, true);
+    let shipped_path = concat!(env!("CARGO_MANIFEST_DIR"), "/dbus/org.gpushare1.xml");
+    if std::env::var_os("UPDATE_DBUS_XML").is_some() {
+        let doc = format!(
+            "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<node name=\"/org/gpushare1\">\n{}\n</node>\n",
+            interface_element(&xml, false)
+        );
+        std::fs::write(shipped_path, doc).unwrap();
+    }
+    let shipped = std::fs::read_to_string(shipped_path).expect("dbus/org.gpushare1.xml");
+    assert_eq!(
+        interface_element(&shipped, true),
+        live,
+        "dbus/org.gpushare1.xml differs from the running service; rerun this test with UPDATE_DBUS_XML=1"
+    );
+}
+
+/// The `org.gpushare1.Manager` interface element, with comments, indentation and blank lines
+/// dropped when `strip` is set.
+fn interface_element(xml: &str, strip: bool) -> String {
+    let mut text = xml.to_string();
+    while strip {
+        let Some(open) = text.find("<!--") else { break };
+        let close = open + text[open..].find("-->").expect("closed comment") + 3;
+        text.replace_range(open..close, "");
+    }
+    let start = text
+        .find("<interface name=\"org.gpushare1.Manager\">")
+        .expect("Manager interface");
+    let end = start + text[start..].find("</interface>").unwrap() + "</interface>".len();
+    // the element starts after its indentation: take the whole first line
+    let start = text[..start].rfind('\n').map_or(0, |n| n + 1);
+    let element = &text[start..end];
+    if !strip {
+        return element.to_string();
+    }
+    element
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

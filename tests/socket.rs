@@ -1,0 +1,172 @@
+//! The hook socket of a real gpushared: peer credentials, robustness, tokens and memory.
+
+mod common;
+use common::*;
+use gpushare::protocol::{ErrorCode, Reply, Request, MAX_FRAME};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn peers_attach_only_as_clients_their_uid_allows() {
+    require_root();
+    let alice = test_user("gpstest-alice");
+    let bob = test_user("gpstest-bob");
+    let d = Daemon::start(
+        "[clients.alice_job]\nrequest = 0.5\nmemory = \"2GiB\"\nusers = [\"gpstest-alice\"]\n",
+        None,
+    );
+    let out = d.cli_as(Some(alice), &["check", "--name", "alice_job"]);
+    assert!(out.status.success(), "alice: {}", stderr(&out));
+    assert!(stdout(&out).contains("attached as client alice_job: memory cap 2GiB"), "{}", stdout(&out));
+
+    let out = d.cli_as(Some(bob), &["check", "--name", "alice_job"]);
+    assert_eq!(out.status.code(), Some(2), "bob must be refused");
+    assert!(stderr(&out).contains("gpstest-bob") && stderr(&out).contains("may not attach"), "{}", stderr(&out));
+
+    // without a name, bob gets his own default client and cannot take alice's
+    let out = d.cli_as(Some(bob), &["check"]);
+    assert!(stdout(&out).contains("client user.gpstest-bob"), "{}", stdout(&out));
+    let out = d.cli_as(Some(bob), &["check", "--name", "user.gpstest-alice"]);
+    assert!(!out.status.success());
+    assert!(d.log().contains("refused attach"), "{}", d.log());
+}
+
+#[test]
+fn garbage_closes_only_that_connection() {
+    let d = Daemon::start("[clients.a]\nmemory = 1000\nusers = [\"*\"]\n", None);
+    let mut good = d.connect();
+    assert!(matches!(good.hello("a"), Reply::Welcome { .. }));
+
+    let too_long = ((MAX_FRAME + 1) as u32).to_le_bytes().to_vec();
+    let hello = Request::Hello { version: 1, client: "a".into() }.to_frame().unwrap();
+    let mut truncated = hello.clone();
+    truncated.truncate(hello.len() - 2);
+    let unknown_tag = vec![1, 0, 0, 0, 99];
+    let wrong_version = Request::Hello { version: 999, client: "a".into() }.to_frame().unwrap();
+    let mut hello_then_junk = hello.clone();
+    hello_then_junk.extend_from_slice(&[5, 0, 0, 0, 4, 1, 2, 3, 4]);
+    let attempts: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        too_long,
+        truncated,
+        unknown_tag,
+        wrong_version,
+        hello_then_junk,
+        vec![0; 4],
+        (0..=255u8).cycle().take(10_000).collect(),
+    ];
+    for bytes in attempts {
+        let mut s = UnixStream::connect(&d.socket).unwrap();
+        let _ = s.write_all(&bytes);
+        drop(s);
+        good.send(&Request::Reserve { bytes: 0 });
+        assert_eq!(good.recv(), Some(Reply::Reserved { used: 0 }), "the good client is undisturbed");
+    }
+    let mut versioned = d.connect();
+    let r = versioned.hello_version(999);
+    assert!(matches!(r, Reply::Error { code: ErrorCode::VersionMismatch, .. }), "{r:?}");
+    assert!(d.child.id() > 0 && std::path::Path::new(&format!("/proc/{}", d.pid())).exists());
+}
+
+trait HelloVersion {
+    fn hello_version(&mut self, v: u32) -> Reply;
+}
+
+impl HelloVersion for Conn {
+    fn hello_version(&mut self, version: u32) -> Reply {
+        self.send(&Request::Hello { version, client: String::new() });
+        self.recv().expect("a reply")
+    }
+}
+
+#[test]
+fn thousands_of_connections_leave_no_leak() {
+    let d = Daemon::start("[clients.a]\nusers = [\"*\"]\n", None);
+    // one round first so that lazily opened descriptors (NSS, logs) are counted in the baseline
+    let mut warm = d.connect();
+    warm.hello("a");
+    drop(warm);
+    std::thread::sleep(Duration::from_millis(200));
+    let before = open_fds(d.pid());
+    for i in 0..3000 {
+        let mut c = d.connect();
+        match i % 3 {
+            0 => {
+                c.hello("a");
+                c.send(&Request::Acquire);
+                c.send(&Request::Reserve { bytes: 10 });
+            }
+            1 => {
+                let _ = c.0.write_all(&[1, 0]);
+            }
+            _ => {}
+        }
+    }
+    wait_for("descriptors back to the baseline", Duration::from_secs(20), || open_fds(d.pid()) <= before);
+    // and the daemon still serves, with nothing left reserved or held
+    let mut c = d.connect();
+    c.hello("a");
+    c.send(&Request::Reserve { bytes: 0 });
+    assert_eq!(c.recv(), Some(Reply::Reserved { used: 0 }));
+    c.send(&Request::Acquire);
+    assert!(matches!(c.recv_within(Duration::from_secs(1)), Some(Reply::Grant { .. })));
+}
+
+#[test]
+fn token_alternates_and_a_crashed_holder_frees_it() {
+    let d = Daemon::start(
+        "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n",
+        None,
+    );
+    let mut a = d.connect();
+    let mut b = d.connect();
+    a.hello("a");
+    b.hello("b");
+    a.send(&Request::Acquire);
+    assert_eq!(a.recv_within(Duration::from_secs(1)), Some(Reply::Grant { lease_ns: 300_000_000 }));
+    let t0 = Instant::now();
+    b.send(&Request::Acquire);
+    assert_eq!(b.recv_within(Duration::from_millis(100)), None, "b waits while a holds the token");
+    // a never releases: the lease runs out and b gets the token
+    assert!(matches!(b.recv_within(Duration::from_secs(2)), Some(Reply::Grant { .. })));
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(150), "b got the token after {waited:?}");
+
+    // a asks again and waits; b crashes while holding: a gets it long before b's lease would end
+    a.send(&Request::Release { gpu_ns: 0 });
+    a.send(&Request::Acquire);
+    assert_eq!(a.recv_within(Duration::from_millis(50)), None);
+    let t1 = Instant::now();
+    drop(b);
+    assert!(matches!(a.recv_within(Duration::from_secs(2)), Some(Reply::Grant { .. })));
+    assert!(t1.elapsed() < Duration::from_millis(200), "token freed by the crash after {:?}", t1.elapsed());
+}
+
+#[test]
+fn memory_is_counted_per_client_and_freed_when_a_process_dies() {
+    let d = Daemon::start("[clients.a]\nmemory = 1000\nusers = [\"*\"]\n", None);
+    let mut p1 = d.connect();
+    let mut p2 = d.connect();
+    p1.hello("a");
+    p2.hello("a");
+    p1.send(&Request::Reserve { bytes: 600 });
+    assert_eq!(p1.recv(), Some(Reply::Reserved { used: 600 }));
+    p2.send(&Request::Reserve { bytes: 401 });
+    assert_eq!(p2.recv(), Some(Reply::OverCap { used: 600, cap: 1000 }), "the cap is the client's");
+    p2.send(&Request::Reserve { bytes: 400 });
+    assert_eq!(p2.recv(), Some(Reply::Reserved { used: 1000 }));
+    // unreserving more than was reserved gives back only what that process had
+    p2.send(&Request::Unreserve { bytes: 5000 });
+    p2.send(&Request::Reserve { bytes: 0 });
+    assert_eq!(p2.recv(), Some(Reply::Reserved { used: 600 }));
+    drop(p1); // crash
+    wait_for("p1's memory to be freed", Duration::from_secs(5), || {
+        p2.send(&Request::Reserve { bytes: 0 });
+        p2.recv() == Some(Reply::Reserved { used: 0 })
+    });
+}
