@@ -339,6 +339,28 @@ check "busctl introspect shows the Manager interface" ctr sh -c '
     echo "$out" | grep -E "^\.ListClients +method" &&
     echo "$out" | grep -E "^\.SetShare +method" &&
     echo "$out" | grep -E "^\.Version +property"'
+shipped_matches_live() {
+    # The introspection XML in the package names the same members as the live service.
+    local shipped=/usr/share/dbus-1/interfaces/org.gpushare1.Manager.xml
+    ctr test -f "$shipped" || { echo "no $shipped"; return 1; }
+    ctr busctl introspect --xml-interface org.gpushare1 /org/gpushare1 >"$work/live.xml" || return 1
+    python3 - "$root$shipped" "$work/live.xml" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+def members(path):
+    for iface in ET.parse(path).getroot().iter("interface"):
+        if iface.get("name") == "org.gpushare1.Manager":
+            return {(el.tag, el.get("name"), el.get("type"), el.get("access"),
+                     tuple((a.get("type"), a.get("direction")) for a in el.iter("arg")))
+                    for el in iface if el.tag in ("method", "signal", "property")}
+    return set()
+shipped, live = members(sys.argv[1]), members(sys.argv[2])
+for m in sorted(shipped - live): print("only in the package:", m)
+for m in sorted(live - shipped): print("only in the service:", m)
+sys.exit(0 if shipped and shipped == live else 1)
+PY
+}
+check "shipped introspection XML matches the live service" shipped_matches_live
 check "ListClients as root" manager ListClients
 check "ListClients lists the configured client" near request 0.25 "$(client_field train request)"
 check "Version property" ctr busctl get-property org.gpushare1 /org/gpushare1 org.gpushare1.Manager Version
