@@ -16,6 +16,8 @@ pub mod daemon;
 #[cfg(feature = "daemon")]
 pub mod logging;
 #[cfg(feature = "daemon")]
+pub mod manpages;
+#[cfg(feature = "daemon")]
 pub mod scheduler;
 #[cfg(feature = "daemon")]
 pub mod units;

@@ -8,7 +8,9 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -22,15 +24,27 @@ fn peers_attach_only_as_clients_their_uid_allows() {
     );
     let out = d.cli_as(Some(alice), &["check", "--name", "alice_job"]);
     assert!(out.status.success(), "alice: {}", stderr(&out));
-    assert!(stdout(&out).contains("attached as client alice_job: memory cap 2GiB"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("attached as client alice_job: memory cap 2GiB"),
+        "{}",
+        stdout(&out)
+    );
 
     let out = d.cli_as(Some(bob), &["check", "--name", "alice_job"]);
     assert_eq!(out.status.code(), Some(2), "bob must be refused");
-    assert!(stderr(&out).contains("gpstest-bob") && stderr(&out).contains("may not attach"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("gpstest-bob") && stderr(&out).contains("may not attach"),
+        "{}",
+        stderr(&out)
+    );
 
     // without a name, bob gets his own default client and cannot take alice's
     let out = d.cli_as(Some(bob), &["check"]);
-    assert!(stdout(&out).contains("client user.gpstest-bob"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("client user.gpstest-bob"),
+        "{}",
+        stdout(&out)
+    );
     let out = d.cli_as(Some(bob), &["check", "--name", "user.gpstest-alice"]);
     assert!(!out.status.success());
     assert!(d.log().contains("refused attach"), "{}", d.log());
@@ -43,11 +57,21 @@ fn garbage_closes_only_that_connection() {
     assert!(matches!(good.hello("a"), Reply::Welcome { .. }));
 
     let too_long = ((MAX_FRAME + 1) as u32).to_le_bytes().to_vec();
-    let hello = Request::Hello { version: 1, client: "a".into() }.to_frame().unwrap();
+    let hello = Request::Hello {
+        version: 1,
+        client: "a".into(),
+    }
+    .to_frame()
+    .unwrap();
     let mut truncated = hello.clone();
     truncated.truncate(hello.len() - 2);
     let unknown_tag = vec![1, 0, 0, 0, 99];
-    let wrong_version = Request::Hello { version: 999, client: "a".into() }.to_frame().unwrap();
+    let wrong_version = Request::Hello {
+        version: 999,
+        client: "a".into(),
+    }
+    .to_frame()
+    .unwrap();
     let mut hello_then_junk = hello.clone();
     hello_then_junk.extend_from_slice(&[5, 0, 0, 0, 4, 1, 2, 3, 4]);
     let attempts: Vec<Vec<u8>> = vec![
@@ -65,11 +89,24 @@ fn garbage_closes_only_that_connection() {
         let _ = s.write_all(&bytes);
         drop(s);
         good.send(&Request::Reserve { bytes: 0 });
-        assert_eq!(good.recv(), Some(Reply::Reserved { used: 0 }), "the good client is undisturbed");
+        assert_eq!(
+            good.recv(),
+            Some(Reply::Reserved { used: 0 }),
+            "the good client is undisturbed"
+        );
     }
     let mut versioned = d.connect();
     let r = versioned.hello_version(999);
-    assert!(matches!(r, Reply::Error { code: ErrorCode::VersionMismatch, .. }), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Reply::Error {
+                code: ErrorCode::VersionMismatch,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
     assert!(d.child.id() > 0 && std::path::Path::new(&format!("/proc/{}", d.pid())).exists());
 }
 
@@ -79,7 +116,10 @@ trait HelloVersion {
 
 impl HelloVersion for Conn {
     fn hello_version(&mut self, version: u32) -> Reply {
-        self.send(&Request::Hello { version, client: String::new() });
+        self.send(&Request::Hello {
+            version,
+            client: String::new(),
+        });
         self.recv().expect("a reply")
     }
 }
@@ -107,14 +147,21 @@ fn thousands_of_connections_leave_no_leak() {
             _ => {}
         }
     }
-    wait_for("descriptors back to the baseline", Duration::from_secs(20), || open_fds(d.pid()) <= before);
+    wait_for(
+        "descriptors back to the baseline",
+        Duration::from_secs(20),
+        || open_fds(d.pid()) <= before,
+    );
     // and the daemon still serves, with nothing left reserved or held
     let mut c = d.connect();
     c.hello("a");
     c.send(&Request::Reserve { bytes: 0 });
     assert_eq!(c.recv(), Some(Reply::Reserved { used: 0 }));
     c.send(&Request::Acquire);
-    assert!(matches!(c.recv_within(Duration::from_secs(1)), Some(Reply::Grant { .. })));
+    assert!(matches!(
+        c.recv_within(Duration::from_secs(1)),
+        Some(Reply::Grant { .. })
+    ));
 }
 
 #[test]
@@ -128,14 +175,29 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
     a.hello("a");
     b.hello("b");
     a.send(&Request::Acquire);
-    assert_eq!(a.recv_within(Duration::from_secs(1)), Some(Reply::Grant { lease_ns: 300_000_000 }));
+    assert_eq!(
+        a.recv_within(Duration::from_secs(1)),
+        Some(Reply::Grant {
+            lease_ns: 300_000_000
+        })
+    );
     let t0 = Instant::now();
     b.send(&Request::Acquire);
-    assert_eq!(b.recv_within(Duration::from_millis(100)), None, "b waits while a holds the token");
+    assert_eq!(
+        b.recv_within(Duration::from_millis(100)),
+        None,
+        "b waits while a holds the token"
+    );
     // a never releases: the lease runs out and b gets the token
-    assert!(matches!(b.recv_within(Duration::from_secs(2)), Some(Reply::Grant { .. })));
+    assert!(matches!(
+        b.recv_within(Duration::from_secs(2)),
+        Some(Reply::Grant { .. })
+    ));
     let waited = t0.elapsed();
-    assert!(waited >= Duration::from_millis(150), "b got the token after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(150),
+        "b got the token after {waited:?}"
+    );
 
     // a asks again and waits; b crashes while holding: a gets it long before b's lease would end
     a.send(&Request::Release { gpu_ns: 0 });
@@ -143,8 +205,15 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
     assert_eq!(a.recv_within(Duration::from_millis(50)), None);
     let t1 = Instant::now();
     drop(b);
-    assert!(matches!(a.recv_within(Duration::from_secs(2)), Some(Reply::Grant { .. })));
-    assert!(t1.elapsed() < Duration::from_millis(200), "token freed by the crash after {:?}", t1.elapsed());
+    assert!(matches!(
+        a.recv_within(Duration::from_secs(2)),
+        Some(Reply::Grant { .. })
+    ));
+    assert!(
+        t1.elapsed() < Duration::from_millis(200),
+        "token freed by the crash after {:?}",
+        t1.elapsed()
+    );
 }
 
 #[test]
@@ -157,7 +226,14 @@ fn memory_is_counted_per_client_and_freed_when_a_process_dies() {
     p1.send(&Request::Reserve { bytes: 600 });
     assert_eq!(p1.recv(), Some(Reply::Reserved { used: 600 }));
     p2.send(&Request::Reserve { bytes: 401 });
-    assert_eq!(p2.recv(), Some(Reply::OverCap { used: 600, cap: 1000 }), "the cap is the client's");
+    assert_eq!(
+        p2.recv(),
+        Some(Reply::OverCap {
+            used: 600,
+            cap: 1000
+        }),
+        "the cap is the client's"
+    );
     p2.send(&Request::Reserve { bytes: 400 });
     assert_eq!(p2.recv(), Some(Reply::Reserved { used: 1000 }));
     // unreserving more than was reserved gives back only what that process had

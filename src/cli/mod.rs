@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use zbus::zvariant::OwnedValue;
 
-/// gpushare - share one NVIDIA GPU fairly between processes and users.
+/// Share one NVIDIA GPU fairly between processes and users.
 ///
 /// Shows and changes what gpushared does, and runs programs under it. Reading needs no
 /// privileges; changing clients needs root, a group in the daemon's admin_groups, or the polkit

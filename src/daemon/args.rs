@@ -5,7 +5,7 @@ use crate::config::DEFAULT_CONFIG_PATH;
 use clap::Parser;
 use std::path::PathBuf;
 
-/// gpushared - share one NVIDIA GPU fairly between processes and users.
+/// Share one NVIDIA GPU fairly between processes and users.
 ///
 /// The daemon schedules GPU time between CUDA processes that run with the libgpushare hook,
 /// caps their device memory, serves the org.gpushare1 D-Bus API, and, when configured, sets the
