@@ -292,7 +292,9 @@ check "installed files are in place" ctr sh -ec '
     test -f /etc/gpushare/gpushare.toml
     test -f /etc/profile.d/gpushare.sh
     test -f /usr/share/man/man5/gpushare.toml.5.gz
-    test -f /usr/share/man/man7/libgpushare.7.gz'
+    test -f /usr/share/man/man7/libgpushare.7.gz
+    test -f /usr/share/man/man1/gpushare.1.gz
+    test -f /usr/share/man/man8/gpushared.8.gz'
 check "the config is a conffile" ctr sh -c 'dpkg-query -W -f="\${Conffiles}" gpushare | grep -q " /etc/gpushare/gpushare.toml "'
 check "unit verifies (systemd-analyze verify)" \
     ctr sh -c 'out=$(systemd-analyze verify --man=no gpushare.service 2>&1); echo "$out"; [ -z "$out" ]'
