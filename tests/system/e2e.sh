@@ -457,6 +457,67 @@ else
     say "tests/fakes (fake libcuda) or gcc missing: the hook checks are skipped"
 fi
 
+# ---- the GPU side under the unit's sandbox: fake NVML, fake MPS control ----
+# The daemon sets the compute mode through NVML and runs the MPS control daemon
+# as a child, all under the unit's hardening (ProtectSystem=strict, device
+# policy, ...); the fakes of the GPU-side tests stand in for the driver.
+if [ -f "$fakes/fake_nvml.c" ] && [ -f "$fakes/fake-mps-control" ] && command -v gcc >/dev/null; then
+    gpu_dir="$root/opt/fake-gpu"
+    mkdir -p "$gpu_dir" "$root/var/lib/gpushare-fake"
+    gcc -O1 -shared -fPIC -o "$gpu_dir/libnvidia-ml.so.1" "$fakes/fake_nvml.c" ||
+        die "cannot build the fake NVML"
+    install -m 0755 "$fakes/fake-mps-control" "$gpu_dir/nvidia-cuda-mps-control"
+    printf 'count 1\nmode 0 0\n' >"$root/var/lib/gpushare-fake/state"
+    mkdir -p "$root/etc/systemd/system/gpushare.service.d"
+    cat >"$root/etc/systemd/system/gpushare.service.d/fake-gpu.conf" <<EOF
+[Service]
+Environment=FAKE_NVML_STATE=/var/lib/gpushare-fake/state
+ReadWritePaths=/var/lib/gpushare-fake
+EOF
+    cat >"$root/etc/gpushare/gpushare.toml" <<EOF
+[gpu]
+nvml = true
+nvml_library = "/opt/fake-gpu/libnvidia-ml.so.1"
+mps = true
+mps_control = "/opt/fake-gpu/nvidia-cuda-mps-control"
+[clients.train]
+request = 0.5
+users = ["bob"]
+mps_thread_percentage = 50
+EOF
+    ctr systemctl daemon-reload
+    check "with NVML and MPS: systemctl restart reaches active" ctr systemctl restart gpushare.service
+    mps_ready() {
+        local _
+        for _ in $(seq 50); do
+            ctr test -p /run/gpushare/mps/control && ctr test -s /run/gpushare/mps/fake-control.pid &&
+                return 0
+            sleep 0.2
+        done
+        ctr ls -la /run/gpushare /run/gpushare/mps
+        return 1
+    }
+    check "MPS control daemon runs with the configured pipe directory" mps_ready
+    check "MPS control daemon lives in the unit's cgroup" output_matches 'gpushare\.service' \
+        ctr sh -c 'cat "/proc/$(cat /run/gpushare/mps/fake-control.pid)/cgroup"'
+    check "MPS logs go to /var/log/gpushare/mps" ctr sh -c '
+        grep -x CUDA_MPS_LOG_DIRECTORY=/var/log/gpushare/mps /run/gpushare/mps/fake-control.env &&
+        test -d /var/log/gpushare/mps'
+    check "users can reach the MPS pipe directory" as bob test -p /run/gpushare/mps/control
+    check "compute mode set to EXCLUSIVE_PROCESS" ctr grep -x 'mode 0 3' /var/lib/gpushare-fake/state
+    check "ListDevices lists the GPU" output_matches '^aa\{sv\} 1 ' manager ListDevices
+    check "with MPS: systemctl stop" ctr systemctl stop gpushare.service
+    check "with MPS: stopped cleanly, result success" unit_state inactive success
+    check "compute mode restored at stop" ctr grep -x 'mode 0 0' /var/lib/gpushare-fake/state
+    check "no MPS control daemon is left" ctr sh -c '! pgrep -af nvidia-cuda-mps'
+    rm -rf "$root/etc/systemd/system/gpushare.service.d" "$gpu_dir" "$root/var/lib/gpushare-fake"
+    write_config 0.4
+    ctr systemctl daemon-reload
+    ctr systemctl start gpushare.service
+else
+    say "tests/fakes (fake NVML, fake MPS control) or gcc missing: the GPU-side checks are skipped"
+fi
+
 # ---- logs ----
 daemon_logged() {
     # Entries that gpushared wrote itself (not systemd's about the unit).
