@@ -509,7 +509,7 @@ EOF
     check "with MPS: systemctl stop" ctr systemctl stop gpushare.service
     check "with MPS: stopped cleanly, result success" unit_state inactive success
     check "compute mode restored at stop" ctr grep -x 'mode 0 0' /var/lib/gpushare-fake/state
-    check "no MPS control daemon is left" ctr sh -c '! pgrep -af nvidia-cuda-mps'
+    check "no MPS control daemon is left" ctr sh -c '! pgrep -af "[n]vidia-cuda-mps"'
     rm -rf "$root/etc/systemd/system/gpushare.service.d" "$gpu_dir" "$root/var/lib/gpushare-fake"
     write_config 0.4
     ctr systemctl daemon-reload
