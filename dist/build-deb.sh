@@ -29,8 +29,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 src="$work/gpushare-$deb_version"
 mkdir "$src"
-# The working tree as it is (uncommitted changes included), without build output.
-tar -C "$repo" --exclude=./target --exclude=./.git --exclude=./debian -cf - . | tar -C "$src" -xf -
+# The working tree as it is (uncommitted changes included), without build output:
+# in a git checkout the files git does not ignore, else everything but target/.
+if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
+        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+        tar --null -T - -cf -) | tar -C "$src" -xf -
+else
+    tar -C "$repo" --exclude=./target --exclude=./.git --exclude=./debian -cf - . | tar -C "$src" -xf -
+fi
+rm -rf "$src/debian"
 cp -a "$repo/dist/debian" "$src/debian"
 
 (cd "$src" && DEB_BUILD_OPTIONS="nocheck ${DEB_BUILD_OPTIONS-}" dpkg-buildpackage -b -us -uc)
