@@ -411,6 +411,15 @@ check "unprivileged: gpushare clients works" as bob gpushare clients
 check "admin_groups member: gpushare set is allowed" as carol gpushare set train --request 0.4
 check "admin_groups member: the change is visible" near request 0.4 "$(client_field train request)"
 
+# ---- upgrade (reinstall): restart, conffile kept ----
+pid_before=$(unit_prop gpushare.service MainPID)
+check "reinstalling the package (upgrade path) needs no questions" \
+    ctr sh -c 'dpkg -i /root/gpushare.deb </dev/null'
+check "the upgrade restarted the daemon and it is active" sh -c '
+    echo "ActiveState=$1 MainPID $2 -> $3"; [ "$1" = active ] && [ "$2" != "$3" ]' _ \
+    "$(unit_prop gpushare.service ActiveState)" "$pid_before" "$(unit_prop gpushare.service MainPID)"
+check "the upgrade kept the admin's config" ctr grep -qx 'request = 0.3' /etc/gpushare/gpushare.toml
+
 # ---- CLI and hook wiring ----
 check "gpushare run preloads the hook and names the client" \
     output_is "/usr/lib/x86_64-linux-gnu/libgpushare.so train" as bob gpushare run --name train -- sh -c 'echo "$LD_PRELOAD $GPUSHARE_CLIENT"'
