@@ -254,6 +254,7 @@ near() {
 # ---- users and the test configuration ----
 ctr useradd -m -s /bin/bash bob
 ctr useradd -m -s /bin/bash carol
+ctr useradd -m -s /bin/bash dave
 ctr groupadd gpuadmins
 ctr usermod -aG gpuadmins carol
 
@@ -450,6 +451,9 @@ if [ -f "$fakes/fake_cuda.c" ] && [ -f "$fakes/client.c" ] && command -v gcc >/d
         output_matches '^info free=[0-9]+ total=1073741824 -> 0$' cuda_as_bob info
     check "hook: an allocation above the cap fails with out-of-memory" \
         output_matches '^alloc 2147483648 -> 2$' cuda_as_bob alloc:2147483648
+    check "hook: a user the client does not list is refused (CUDA_ERROR_NOT_PERMITTED)" \
+        output_matches '^init 800$' as dave env LD_LIBRARY_PATH=/opt/fake-cuda \
+        gpushare run --name train -- /opt/fake-cuda/client info
     check "hook: launches run under the daemon's tokens" \
         output_matches '^launch 10 -> 0$' cuda_as_bob launch:10:1000
     check "hook: the daemon granted the client its token" \
