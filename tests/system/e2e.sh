@@ -452,7 +452,7 @@ if [ -f "$fakes/fake_cuda.c" ] && [ -f "$fakes/client.c" ] && command -v gcc >/d
     check "hook: an allocation above the cap fails with out-of-memory" \
         output_matches '^alloc 2147483648 -> 2$' cuda_as_bob alloc:2147483648
     check "hook: a user the client does not list is refused (CUDA_ERROR_NOT_PERMITTED)" \
-        output_matches '^init 800$' as dave env LD_LIBRARY_PATH=/opt/fake-cuda \
+        fails_matching '^init 800$' as dave env LD_LIBRARY_PATH=/opt/fake-cuda \
         gpushare run --name train -- /opt/fake-cuda/client info
     check "hook: launches run under the daemon's tokens" \
         output_matches '^launch 10 -> 0$' cuda_as_bob launch:10:1000
