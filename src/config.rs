@@ -90,7 +90,12 @@ pub struct ClientSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonConfig {
     pub socket_dir: PathBuf,
+    /// Length of a lease of the token.
     pub quantum: Duration,
+    /// How long past its lease a holder may take to release (its queued work draining) before
+    /// the token is taken back.
+    pub lease_grace: Duration,
+    /// How long a new connection has to say hello.
     pub client_timeout: Duration,
     pub admin_groups: Vec<String>,
 }
@@ -140,6 +145,7 @@ struct FileConfig {
 struct FileDaemon {
     socket_dir: Option<PathBuf>,
     quantum: Option<String>,
+    lease_grace: Option<String>,
     client_timeout: Option<String>,
     #[serde(default)]
     admin_groups: Vec<String>,
@@ -287,6 +293,10 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| crate::protocol::DEFAULT_SOCKET_DIR.into()),
             quantum: duration(&d.quantum, Duration::from_millis(20), "daemon.quantum")?,
+            lease_grace: match &d.lease_grace {
+                Some(t) => parse_duration(t).map_err(|e| format!("daemon.lease_grace: {e}"))?,
+                None => Duration::from_millis(50),
+            },
             client_timeout: duration(
                 &d.client_timeout,
                 Duration::from_secs(2),
@@ -439,6 +449,7 @@ mod tests {
         let c = Config::parse(EXAMPLE).unwrap();
         assert_eq!(c.daemon.quantum, Duration::from_millis(10));
         assert_eq!(c.daemon.client_timeout, Duration::from_secs(2));
+        assert_eq!(c.daemon.lease_grace, Duration::from_millis(50));
         assert!(!c.gpu.nvml && c.gpu.mps && c.gpu.set_compute_mode);
         assert_eq!(c.gpu.unattached, UnattachedPolicy::Kill);
         assert_eq!(c.gpu.mps_pipe_dir, PathBuf::from("/run/gpushare/mps"));

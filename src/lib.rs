@@ -14,6 +14,8 @@ pub mod config;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 #[cfg(feature = "daemon")]
+pub mod gpu;
+#[cfg(feature = "daemon")]
 pub mod logging;
 #[cfg(feature = "daemon")]
 pub mod manpages;

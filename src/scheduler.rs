@@ -99,6 +99,9 @@ pub struct Usage {
 #[derive(Debug)]
 pub struct Scheduler {
     quantum: Nanos,
+    /// How long past its end a lease stays with its holder, for the work it queued to drain and
+    /// its release to arrive, before the token is taken back.
+    grace: Nanos,
     clients: BTreeMap<ClientId, Client>,
     holder: Option<Lease>,
     expired: BTreeMap<SessionId, Expired>,
@@ -111,6 +114,7 @@ impl Scheduler {
     pub fn new(quantum: Nanos, now: Nanos) -> Self {
         Scheduler {
             quantum: quantum.max(1),
+            grace: 0,
             clients: BTreeMap::new(),
             holder: None,
             expired: BTreeMap::new(),
@@ -125,6 +129,10 @@ impl Scheduler {
 
     pub fn set_quantum(&mut self, quantum: Nanos) {
         self.quantum = quantum.max(1);
+    }
+
+    pub fn set_grace(&mut self, grace: Nanos) {
+        self.grace = grace;
     }
 
     fn burst(&self) -> f64 {
@@ -228,11 +236,11 @@ impl Scheduler {
     /// Ends a lease that ran out and picks the next holder. Returns the grant to send, if any.
     pub fn poll(&mut self, now: Nanos) -> Option<Grant> {
         if let Some(h) = self.holder {
-            if now < h.end {
+            if now < h.end + self.grace {
                 return None;
             }
             self.holder = None;
-            let charged = h.end - h.start;
+            let charged = h.end + self.grace - h.start;
             if let Some(c) = self.clients.get_mut(&h.client) {
                 c.charge(charged, now);
             }
@@ -286,7 +294,7 @@ impl Scheduler {
     /// When `poll` next has something to do, if nothing else happens before.
     pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
         if let Some(h) = self.holder {
-            return Some(h.end);
+            return Some(h.end + self.grace);
         }
         let mut earliest: Option<Nanos> = None;
         for c in self.clients.values().filter(|c| !c.waiting.is_empty()) {
@@ -538,6 +546,49 @@ mod tests {
             Some((2, 20)),
             "a late release does not touch the new holder"
         );
+    }
+
+    #[test]
+    fn a_lease_is_kept_through_its_grace_and_released_inside_it() {
+        let mut s = Scheduler::new(20 * MS, 0);
+        s.set_grace(5 * MS);
+        s.set_client(
+            1,
+            Shares {
+                request: 0.5,
+                limit: 1.0,
+            },
+            0,
+        );
+        s.set_client(
+            2,
+            Shares {
+                request: 0.5,
+                limit: 1.0,
+            },
+            0,
+        );
+        s.acquire(1, 10, 0);
+        s.acquire(2, 20, 0);
+        assert_eq!(s.poll(0).unwrap().session, 10);
+        assert_eq!(
+            s.poll(22 * MS),
+            None,
+            "inside the grace the holder keeps the token"
+        );
+        assert_eq!(s.next_wakeup(22 * MS), Some(25 * MS));
+        s.release(10, 21 * MS, 23 * MS);
+        assert_eq!(
+            s.poll(23 * MS).unwrap().session,
+            20,
+            "the release hands it on at once"
+        );
+        s.acquire(1, 10, 23 * MS);
+        assert_eq!(s.usage(1, 23 * MS).unwrap().charged_total, 23 * MS);
+        // a holder that never releases is charged its lease and the grace
+        assert_eq!(s.poll(48 * MS).unwrap().session, 10);
+        s.acquire(2, 20, 48 * MS);
+        assert_eq!(s.usage(2, 48 * MS).unwrap().charged_total, 25 * MS);
     }
 
     #[test]

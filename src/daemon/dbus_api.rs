@@ -51,7 +51,7 @@ pub struct Manager {
     pub reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
 
-fn value<'a>(v: impl Into<Value<'a>>) -> OwnedValue {
+pub(crate) fn value<'a>(v: impl Into<Value<'a>>) -> OwnedValue {
     // Plain values (numbers, strings, arrays of them) never hold file descriptors, so this
     // conversion cannot fail.
     OwnedValue::try_from(v.into()).unwrap_or_else(|_| OwnedValue::from(0u8))
@@ -331,7 +331,7 @@ impl Manager {
 
     /// A GPU process that did not attach through the hook; `action` is what was done about it.
     #[zbus(signal)]
-    async fn unattached_process(
+    pub async fn unattached_process(
         emitter: &SignalEmitter<'_>,
         device: u32,
         pid: u32,
@@ -340,7 +340,7 @@ impl Manager {
 
     /// The MPS control daemon changed state: "started", "died", "gave-up".
     #[zbus(signal)]
-    async fn mps_state_changed(
+    pub async fn mps_state_changed(
         emitter: &SignalEmitter<'_>,
         state: &str,
         message: &str,

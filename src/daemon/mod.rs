@@ -4,6 +4,7 @@
 pub mod args;
 pub mod config_watch;
 pub mod dbus_api;
+pub mod gpu_events;
 pub mod identity;
 pub mod service_notify;
 pub mod socket_server;
@@ -11,6 +12,7 @@ pub mod state;
 
 use crate::bus::BusChoice;
 use crate::config::Config;
+use crate::gpu::GpuManager;
 use anyhow::Context;
 use args::DaemonArgs;
 use state::{Event, State};
@@ -52,6 +54,40 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         })
     };
 
+    let (gpu_tx, gpu_rx) = tokio::sync::mpsc::unbounded_channel();
+    let attached_pids: crate::gpu::AttachedPids = {
+        let state = state.clone();
+        Arc::new(move || {
+            state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .attached_pids()
+                .into_iter()
+                .collect()
+        })
+    };
+    let gpu_config = state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .config
+        .gpu
+        .clone();
+    let gpu = GpuManager::start(&gpu_config, attached_pids, gpu_tx)
+        .await
+        .context("cannot take over the GPU")?;
+    state.lock().unwrap_or_else(|p| p.into_inner()).mps_pipe_dir = gpu.mps_pipe_dir();
+    let devices: dbus_api::DeviceLister = {
+        let read_devices = gpu.device_reader();
+        let read_mps = gpu.mps_status_reader();
+        Arc::new(move || {
+            let mps = read_mps();
+            read_devices()
+                .iter()
+                .map(|d| gpu_events::device_dict(d, &mps))
+                .collect()
+        })
+    };
+
     let bus = match &args.bus {
         BusChoice::None => None,
         choice => {
@@ -59,7 +95,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 state: state.clone(),
                 wake: wake.clone(),
                 use_polkit: matches!(choice, BusChoice::System),
-                devices: Arc::new(Vec::new),
+                devices,
                 reload: reload.clone(),
             };
             let connect = choice
@@ -82,6 +118,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         }
     };
 
+    tokio::spawn(gpu_events::report(gpu_rx, bus.clone()));
     tokio::spawn(socket_server::serve(
         listener,
         state.clone(),
@@ -118,6 +155,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopping");
     service_notify::stopping();
+    gpu.stop().await;
     drop(bus);
     let _ = std::fs::remove_file(&socket_path);
     Ok(())

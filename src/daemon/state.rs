@@ -121,7 +121,8 @@ pub struct State {
 impl State {
     pub fn new(config: Config, config_path: PathBuf, events: broadcast::Sender<Event>) -> State {
         let origin = Instant::now();
-        let sched = Scheduler::new(config.daemon.quantum.as_nanos() as Nanos, 0);
+        let mut sched = Scheduler::new(config.daemon.quantum.as_nanos() as Nanos, 0);
+        sched.set_grace(config.daemon.lease_grace.as_nanos() as Nanos);
         let mut s = State {
             config,
             config_error: None,

@@ -1,0 +1,95 @@
+//! The connection to `gpushared`: blocking frames over a Unix stream socket.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use proto::protocol::{frame_len, Reply, Request, MAX_FRAME};
+
+/// How long the daemon may take to answer a request other than `Acquire` before the hook
+/// considers it gone (and the process runs unmanaged).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Link {
+    stream: UnixStream,
+}
+
+impl Link {
+    pub fn connect(path: &Path) -> io::Result<Link> {
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+        Ok(Link { stream })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// Sends a request that has no reply.
+    pub fn send(&mut self, req: &Request) -> io::Result<()> {
+        let frame = req
+            .encode()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.stream.write_all(frame.as_bytes())
+    }
+
+    /// Sends a request and waits for its reply, at most [`REPLY_TIMEOUT`].
+    pub fn call(&mut self, req: &Request) -> io::Result<Reply> {
+        self.send(req)?;
+        self.receive()
+    }
+
+    /// Sends a request whose reply comes when the daemon decides (`Acquire`): no time limit.
+    pub fn call_untimed(&mut self, req: &Request) -> io::Result<Reply> {
+        self.stream.set_read_timeout(None)?;
+        let reply = self.call(req);
+        self.stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+        reply
+    }
+
+    fn receive(&mut self) -> io::Result<Reply> {
+        let mut header = [0u8; 4];
+        self.stream.read_exact(&mut header)?;
+        let n = frame_len(header).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut buf = [0u8; MAX_FRAME];
+        self.stream.read_exact(&mut buf[..n])?;
+        Reply::decode(&buf[..n]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn requests_and_replies_travel_as_frames() {
+        let dir = std::env::temp_dir().join(format!("gpushare-link-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut header = [0u8; 4];
+            s.read_exact(&mut header).unwrap();
+            let mut payload = vec![0; frame_len(header).unwrap()];
+            s.read_exact(&mut payload).unwrap();
+            assert_eq!(
+                Request::decode(&payload).unwrap(),
+                Request::Reserve { bytes: 42 }
+            );
+            s.write_all(&Reply::Reserved { used: 42 }.to_frame().unwrap())
+                .unwrap();
+        });
+        let mut link = Link::connect(&path).unwrap();
+        assert_eq!(
+            link.call(&Request::Reserve { bytes: 42 }).unwrap(),
+            Reply::Reserved { used: 42 }
+        );
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,306 @@
+//! Allocation and free wrappers: every device allocation is reserved with the daemon before
+//! the real call (over the cap: `CUDA_ERROR_OUT_OF_MEMORY` without calling the driver), and
+//! every free gives back what its allocation counted.
+
+use crate::cuda::*;
+use crate::driver::{helper, Helper};
+use crate::fork_safe::ForkSafe;
+use crate::ledger::{self, Kind, Ledger};
+use crate::session::{self, Reservation};
+
+static LEDGER: ForkSafe<Ledger> = ForkSafe::new(Ledger::new());
+
+pub fn after_fork_in_child() {
+    // SAFETY: called from the fork child handler.
+    unsafe { LEDGER.reset(Ledger::new()) };
+}
+
+/// Reserves `bytes`, runs the allocation `f` (which returns its result and the key of what it
+/// allocated), and keeps the books. `retry` runs before one more try when the cap or the
+/// device is full (pools trim their cache there).
+fn counted(
+    kind: Kind,
+    bytes: u64,
+    retry: Option<&dyn Fn()>,
+    f: &mut dyn FnMut() -> (CUresult, u64),
+) -> CUresult {
+    if bytes == 0 {
+        return f().0;
+    }
+    let mut reservation = session::reserve(bytes);
+    if let (Reservation::OverCap, Some(retry)) = (&reservation, retry) {
+        retry();
+        reservation = session::reserve(bytes);
+    }
+    match reservation {
+        Reservation::OverCap => CUDA_ERROR_OUT_OF_MEMORY,
+        Reservation::Unmanaged => f().0,
+        Reservation::Counted => {
+            let (mut r, mut key) = f();
+            if let (CUDA_ERROR_OUT_OF_MEMORY, Some(retry)) = (r, retry) {
+                retry();
+                (r, key) = f();
+            }
+            if r == CUDA_SUCCESS {
+                let stale = LEDGER.lock().record(kind, key, bytes);
+                session::unreserve(stale);
+            } else {
+                session::unreserve(bytes);
+            }
+            r
+        }
+    }
+}
+
+/// Runs the free `f` of `key` and gives back what its allocation counted. The entry leaves the
+/// books before the real free: once the driver has freed the address, another thread's
+/// allocation may get it (and its own entry) at once.
+fn uncounted(kind: Kind, key: u64, f: impl FnOnce() -> CUresult) -> CUresult {
+    let bytes = LEDGER.lock().forget(kind, key);
+    let r = f();
+    if r == CUDA_SUCCESS {
+        session::unreserve(bytes);
+    } else if bytes > 0 {
+        LEDGER.lock().record(kind, key, bytes);
+    }
+    r
+}
+
+unsafe fn read<T: Copy + Default>(p: *const T) -> T {
+    if p.is_null() {
+        T::default()
+    } else {
+        *p
+    }
+}
+
+pub unsafe fn alloc(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+) -> CUresult {
+    counted(Kind::Pointer, bytes as u64, None, &mut || {
+        (real(dptr, bytes), read(dptr))
+    })
+}
+
+pub unsafe fn alloc_managed(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, u32) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    flags: u32,
+) -> CUresult {
+    counted(Kind::Pointer, bytes as u64, None, &mut || {
+        (real(dptr, bytes, flags), read(dptr))
+    })
+}
+
+/// Pitched allocations reserve the unpadded size first and the padding once the driver chose
+/// the pitch.
+pub unsafe fn alloc_pitch(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, u32) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element: u32,
+) -> CUresult {
+    let asked = (width as u64).saturating_mul(height as u64);
+    let r = counted(Kind::Pointer, asked, None, &mut || {
+        (real(dptr, pitch, width, height, element), read(dptr))
+    });
+    if r != CUDA_SUCCESS || asked == 0 {
+        return r;
+    }
+    let got = (read(pitch) as u64).saturating_mul(height as u64);
+    let padding = got.saturating_sub(asked);
+    if padding == 0 {
+        return r;
+    }
+    match session::reserve(padding) {
+        Reservation::Counted => {
+            LEDGER.lock().record(Kind::Pointer, read(dptr), got);
+            r
+        }
+        Reservation::Unmanaged => r,
+        Reservation::OverCap => {
+            type Free = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
+            let free = helper::<Free>(Helper::cuMemFree_v2);
+            uncounted(Kind::Pointer, read(dptr), || {
+                free.map_or(CUDA_SUCCESS, |f| f(read(dptr)))
+            });
+            CUDA_ERROR_OUT_OF_MEMORY
+        }
+    }
+}
+
+pub unsafe fn free(
+    real: unsafe extern "C" fn(CUdeviceptr) -> CUresult,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    uncounted(Kind::Pointer, dptr, || real(dptr))
+}
+
+/// Trims the pool to nothing cached (`pool` null: the current device's current pool).
+unsafe fn trim(pool: CUmemoryPool) {
+    type GetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+    type GetPool = unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult;
+    type Trim = unsafe extern "C" fn(CUmemoryPool, usize) -> CUresult;
+    let mut pool = pool;
+    if pool.is_null() {
+        let (Some(get_device), Some(get_pool)) = (
+            helper::<GetDevice>(Helper::cuCtxGetDevice),
+            helper::<GetPool>(Helper::cuDeviceGetMemPool),
+        ) else {
+            return;
+        };
+        let mut dev = 0;
+        if get_device(&mut dev) != CUDA_SUCCESS || get_pool(&mut pool, dev) != CUDA_SUCCESS {
+            return;
+        }
+    }
+    if let Some(trim_to) = helper::<Trim>(Helper::cuMemPoolTrimTo) {
+        trim_to(pool, 0);
+    }
+}
+
+pub unsafe fn alloc_async(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    let retry = || trim(std::ptr::null_mut());
+    counted(Kind::Pointer, bytes as u64, Some(&retry), &mut || {
+        (real(dptr, bytes, stream), read(dptr))
+    })
+}
+
+pub unsafe fn alloc_from_pool_async(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    let retry = || trim(pool);
+    counted(Kind::Pointer, bytes as u64, Some(&retry), &mut || {
+        (real(dptr, bytes, pool, stream), read(dptr))
+    })
+}
+
+pub unsafe fn free_async(
+    real: unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult,
+    dptr: CUdeviceptr,
+    stream: CUstream,
+) -> CUresult {
+    uncounted(Kind::Pointer, dptr, || real(dptr, stream))
+}
+
+/// `cuMemCreate`: physical memory; counted when it is on a device (mapping it allocates
+/// nothing more).
+pub unsafe fn create(
+    real: unsafe extern "C" fn(
+        *mut CUmemGenericAllocationHandle,
+        usize,
+        *const CUmemAllocationProp,
+        u64,
+    ) -> CUresult,
+    handle: *mut CUmemGenericAllocationHandle,
+    bytes: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    let on_device = !prop.is_null() && (*prop).location_type == CU_MEM_LOCATION_TYPE_DEVICE;
+    if !on_device {
+        return real(handle, bytes, prop, flags);
+    }
+    counted(Kind::Handle, bytes as u64, None, &mut || {
+        (real(handle, bytes, prop, flags), read(handle))
+    })
+}
+
+pub unsafe fn release(
+    real: unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult,
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult {
+    uncounted(Kind::Handle, handle, || real(handle))
+}
+
+pub unsafe fn array_create(
+    real: unsafe extern "C" fn(*mut CUarray, *const CudaArrayDescriptor) -> CUresult,
+    array: *mut CUarray,
+    desc: *const CudaArrayDescriptor,
+) -> CUresult {
+    if desc.is_null() {
+        return real(array, desc);
+    }
+    let d = &*desc;
+    let bytes = ledger::array_bytes(d.width as u64, d.height as u64, 1, d.format, d.num_channels);
+    counted(Kind::Array, bytes, None, &mut || {
+        (real(array, desc), read(array) as u64)
+    })
+}
+
+pub unsafe fn array3d_create(
+    real: unsafe extern "C" fn(*mut CUarray, *const CudaArray3dDescriptor) -> CUresult,
+    array: *mut CUarray,
+    desc: *const CudaArray3dDescriptor,
+) -> CUresult {
+    if desc.is_null() {
+        return real(array, desc);
+    }
+    let d = &*desc;
+    let bytes = ledger::array_bytes(
+        d.width as u64,
+        d.height as u64,
+        d.depth as u64,
+        d.format,
+        d.num_channels,
+    );
+    counted(Kind::Array, bytes, None, &mut || {
+        (real(array, desc), read(array) as u64)
+    })
+}
+
+pub unsafe fn array_destroy(
+    real: unsafe extern "C" fn(CUarray) -> CUresult,
+    array: CUarray,
+) -> CUresult {
+    uncounted(Kind::Array, array as u64, || real(array))
+}
+
+pub unsafe fn mipmapped_array_create(
+    real: unsafe extern "C" fn(
+        *mut CUmipmappedArray,
+        *const CudaArray3dDescriptor,
+        u32,
+    ) -> CUresult,
+    array: *mut CUmipmappedArray,
+    desc: *const CudaArray3dDescriptor,
+    levels: u32,
+) -> CUresult {
+    if desc.is_null() {
+        return real(array, desc, levels);
+    }
+    let d = &*desc;
+    let bytes = ledger::mipmapped_bytes(
+        d.width as u64,
+        d.height as u64,
+        d.depth as u64,
+        d.format,
+        d.num_channels,
+        d.flags,
+        levels,
+    );
+    counted(Kind::Array, bytes, None, &mut || {
+        (real(array, desc, levels), read(array) as u64)
+    })
+}
+
+pub unsafe fn mipmapped_array_destroy(
+    real: unsafe extern "C" fn(CUmipmappedArray) -> CUresult,
+    array: CUmipmappedArray,
+) -> CUresult {
+    uncounted(Kind::Array, array as u64, || real(array))
+}

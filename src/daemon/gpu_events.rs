@@ -1,0 +1,85 @@
+//! What the GPU side reports (MPS state, processes that bypass the hook) goes out as D-Bus
+//! signals; the GPU side has logged it already.
+
+use super::dbus_api::{value, Manager, OBJECT_PATH};
+use crate::config::UnattachedPolicy;
+use crate::gpu::{DeviceInfo, GpuEvent, MpsStatus};
+use std::collections::HashMap;
+use tokio::sync::mpsc;
+use zbus::object_server::SignalEmitter;
+use zbus::zvariant::OwnedValue;
+
+pub async fn report(mut events: mpsc::UnboundedReceiver<GpuEvent>, bus: Option<zbus::Connection>) {
+    let emitter = bus
+        .as_ref()
+        .and_then(|c| SignalEmitter::new(c, OBJECT_PATH).ok());
+    while let Some(event) = events.recv().await {
+        let sent = match &event {
+            GpuEvent::MpsStarted => signal_mps(&emitter, "started", "").await,
+            GpuEvent::MpsDied { reason, restart_in } => {
+                let msg = format!("{reason}; restarting in {restart_in:?}");
+                signal_mps(&emitter, "died", &msg).await
+            }
+            GpuEvent::MpsGaveUp { reason } => signal_mps(&emitter, "gave-up", reason).await,
+            GpuEvent::Unattached {
+                device,
+                pid,
+                action,
+            } => {
+                let action = match action {
+                    UnattachedPolicy::Kill => "killed",
+                    _ => "warned",
+                };
+                match &emitter {
+                    Some(e) => Manager::unattached_process(e, *device, *pid, action).await,
+                    None => Ok(()),
+                }
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!("could not signal {event:?}: {e}");
+        }
+    }
+}
+
+async fn signal_mps(
+    emitter: &Option<SignalEmitter<'_>>,
+    state: &str,
+    message: &str,
+) -> zbus::Result<()> {
+    match emitter {
+        Some(e) => Manager::mps_state_changed(e, state, message).await,
+        None => Ok(()),
+    }
+}
+
+/// A device as a D-Bus dictionary, with the daemon's MPS state.
+pub fn device_dict(d: &DeviceInfo, mps: &MpsStatus) -> HashMap<String, OwnedValue> {
+    let mps_state = match (mps.enabled, mps.running) {
+        (false, _) => "off",
+        (true, true) => "running",
+        (true, false) => "down",
+    };
+    let mut m = HashMap::new();
+    m.insert("index".into(), value(d.index));
+    m.insert("name".into(), value(d.name.as_str()));
+    m.insert("uuid".into(), value(d.uuid.as_str()));
+    m.insert("compute_mode".into(), value(d.compute_mode.as_str()));
+    m.insert(
+        "original_compute_mode".into(),
+        value(d.original_compute_mode.as_str()),
+    );
+    m.insert("memory_total".into(), value(d.memory_total));
+    m.insert("memory_used".into(), value(d.memory_used));
+    m.insert(
+        "utilization_gpu".into(),
+        value(d.utilization_gpu.unwrap_or(0)),
+    );
+    m.insert(
+        "pids".into(),
+        value(d.processes.iter().map(|p| p.pid).collect::<Vec<u32>>()),
+    );
+    m.insert("mps".into(), value(mps_state));
+    m.insert("mps_restarts".into(), value(mps.restarts));
+    m
+}

@@ -1,0 +1,360 @@
+/* A test double of libcuda.so.1 for the hook's tests (no GPU).
+ *
+ * Kernels run synchronously in the launching thread: they sleep the number of
+ * nanoseconds that their first kernel parameter points to (a uint64_t), then append
+ * "pid start_ns end_ns function\n" to the file named by FAKE_CUDA_LOG. Device memory is a
+ * counter with a fixed total (FAKE_CUDA_TOTAL_MEM bytes, default 16 GiB). Events and streams
+ * are trivial, since all work is finished when a launch returns; a stream can capture.
+ *
+ * Build: gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -o libcuda.so.1 fake_cuda.c
+ * (-Bsymbolic: function addresses handed out by cuGetProcAddress are the library's own, as
+ * with the real driver, not those of an LD_PRELOAD library exporting the same names.)
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+typedef void *CUstream;
+#define OK 0
+#define ERR_INVALID_VALUE 1
+#define ERR_OOM 2
+#define ERR_NOT_INITIALIZED 3
+#define ERR_NOT_FOUND 500
+#define EXPORT __attribute__((visibility("default")))
+
+struct fake_stream { int capturing; };
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized;
+static uint64_t total_mem, used_mem, next_addr = 0x7f0000000000ull;
+#define MAX_ALLOCS 65536
+static struct { uint64_t addr, size; } allocs[MAX_ALLOCS];
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void run_kernel(const char *fn, void **params) {
+  uint64_t ns = (params && params[0]) ? *(uint64_t *)params[0] : 0;
+  uint64_t start = now_ns(), end;
+  /* Sleep rather than spin: a GPU kernel does not use the launching CPU, and spinning
+   * "kernels" of several processes would make a busy test machine stretch them. */
+  struct timespec until = {(time_t)((start + ns) / 1000000000ull), (long)((start + ns) % 1000000000ull)};
+  while (ns && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
+  }
+  end = now_ns();
+  const char *path = getenv("FAKE_CUDA_LOG");
+  if (!path || !*path) return;
+  char line[160];
+  int n = snprintf(line, sizeof line, "%d %llu %llu %s\n", (int)getpid(),
+                   (unsigned long long)start, (unsigned long long)end, fn);
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    if (write(fd, line, n) != n) { /* a test will notice the missing line */ }
+    close(fd);
+  }
+}
+
+static void init_mem(void) {
+  if (total_mem) return;
+  const char *t = getenv("FAKE_CUDA_TOTAL_MEM");
+  total_mem = (t && *t) ? strtoull(t, NULL, 0) : (16ull << 30);
+}
+
+static CUresult mem_alloc(uint64_t *out, uint64_t size) {
+  if (!initialized) return ERR_NOT_INITIALIZED;
+  if (!out || !size) return ERR_INVALID_VALUE;
+  CUresult r = ERR_OOM;
+  pthread_mutex_lock(&lock);
+  init_mem();
+  if (size <= total_mem - used_mem) {
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+      if (allocs[i].size == 0) {
+        allocs[i].addr = next_addr;
+        allocs[i].size = size;
+        next_addr += (size + 0xfffff) & ~0xfffffull;
+        used_mem += size;
+        *out = allocs[i].addr;
+        r = OK;
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+static CUresult mem_free(uint64_t addr) {
+  CUresult r = ERR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_ALLOCS; i++) {
+    if (allocs[i].size && allocs[i].addr == addr) {
+      used_mem -= allocs[i].size;
+      allocs[i].size = 0;
+      r = OK;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+/* ---- initialisation, devices, contexts ---- */
+EXPORT CUresult cuInit(unsigned flags) {
+  (void)flags;
+  if (getenv("FAKE_CUDA_SAY_MPS")) {
+    const char *v = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    fprintf(stderr, "fake_cuda: cuInit sees CUDA_MPS_PIPE_DIRECTORY=%s\n", v ? v : "(unset)");
+  }
+  initialized = 1;
+  return OK;
+}
+EXPORT CUresult cuDriverGetVersion(int *v) { if (!v) return ERR_INVALID_VALUE; *v = 13000; return OK; }
+EXPORT CUresult cuDeviceGetCount(int *n) { if (!initialized) return ERR_NOT_INITIALIZED; *n = 1; return OK; }
+EXPORT CUresult cuDeviceGet(int *d, int ordinal) { if (!initialized) return ERR_NOT_INITIALIZED; if (ordinal) return 101; *d = 0; return OK; }
+EXPORT CUresult cuCtxGetDevice(int *d) { *d = 0; return OK; }
+EXPORT CUresult cuCtxSynchronize(void) { return OK; }
+static __thread void *current_ctx;
+EXPORT CUresult cuCtxGetCurrent(void **ctx) { *ctx = initialized ? (current_ctx ? current_ctx : (void *)0xc0) : NULL; return OK; }
+EXPORT CUresult cuCtxSetCurrent(void *ctx) { current_ctx = ctx; return OK; }
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+  (void)dev; if (!bytes) return ERR_INVALID_VALUE;
+  pthread_mutex_lock(&lock); init_mem(); *bytes = total_mem; pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+/* ---- launches ---- */
+EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)extra;
+  run_kernel("cuLaunchKernel", params); return OK;
+}
+EXPORT CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)extra;
+  run_kernel("cuLaunchKernel_ptsz", params); return OK;
+}
+EXPORT CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) {
+  (void)config; (void)f; (void)extra; run_kernel("cuLaunchKernelEx", params); return OK;
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const void *config, void *f, void **params, void **extra) {
+  (void)config; (void)f; (void)extra; run_kernel("cuLaunchKernelEx_ptsz", params); return OK;
+}
+EXPORT CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                          unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s;
+  run_kernel("cuLaunchCooperativeKernel", params); return OK;
+}
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s;
+  run_kernel("cuLaunchCooperativeKernel_ptsz", params); return OK;
+}
+/* A graph "exec" is a pointer to the uint64_t duration of its one kernel. */
+EXPORT CUresult cuGraphLaunch(void *exec, CUstream s) { (void)s; void *p[1] = {exec}; run_kernel("cuGraphLaunch", p); return OK; }
+EXPORT CUresult cuGraphLaunch_ptsz(void *exec, CUstream s) { (void)s; void *p[1] = {exec}; run_kernel("cuGraphLaunch_ptsz", p); return OK; }
+
+/* ---- streams, capture, events ---- */
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, sizeof(struct fake_stream)); return OK; }
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return OK; }
+static int is_real_stream(CUstream s) { return (uintptr_t)s > 0x10; }
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+  (void)mode;
+  if (!is_real_stream(s)) return ERR_INVALID_VALUE;
+  ((struct fake_stream *)s)->capturing = 1;
+  return OK;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) {
+  if (!is_real_stream(s)) return ERR_INVALID_VALUE;
+  ((struct fake_stream *)s)->capturing = 0;
+  if (graph) *graph = NULL;
+  return OK;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
+  *status = is_real_stream(s) ? ((struct fake_stream *)s)->capturing : 0; return OK;
+}
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) { return cuStreamIsCapturing(s, status); }
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { static __thread int m; int old = m; m = *mode; *mode = old; return OK; }
+static int events_recorded;
+EXPORT CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = malloc(1); return OK; }
+EXPORT CUresult cuEventRecord(void *e, CUstream s) {
+  (void)e;
+  if (is_real_stream(s) && ((struct fake_stream *)s)->capturing) {
+    /* The real driver would invalidate the capture. */
+    fprintf(stderr, "fake_cuda: cuEventRecord on a capturing stream\n");
+    return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+  }
+  __sync_fetch_and_add(&events_recorded, 1); return OK;
+}
+EXPORT CUresult cuEventRecord_ptsz(void *e, CUstream s) { return cuEventRecord(e, s); }
+/* FAKE_CUDA_NEVER_DONE: events never complete (work that waits on another process). */
+EXPORT CUresult cuEventQuery(void *e) { (void)e; return getenv("FAKE_CUDA_NEVER_DONE") ? 600 : OK; }
+EXPORT CUresult cuEventSynchronize(void *e) { (void)e; return OK; }
+EXPORT CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
+
+/* ---- memory ---- */
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return mem_alloc(p, n); }
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) { (void)flags; return mem_alloc(p, n); }
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned elem) {
+  (void)elem; if (!pitch) return ERR_INVALID_VALUE;
+  size_t pt = (w + 511) & ~(size_t)511;
+  CUresult r = mem_alloc(p, (uint64_t)pt * h);
+  if (r == OK) *pitch = pt;
+  return r;
+}
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return mem_free(p); }
+static int pool_trims;
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, CUstream s) { (void)pool; (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pool, CUstream s) { (void)pool; (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
+EXPORT CUresult cuDeviceGetMemPool(void **pool, int dev) { (void)dev; *pool = (void *)0x900d; return OK; }
+EXPORT CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+  (void)pool; (void)keep; __sync_fetch_and_add(&pool_trims, 1);
+  if (getenv("FAKE_CUDA_SAY_TRIM")) fprintf(stderr, "fake_cuda: pool trimmed\n");
+  return OK;
+}
+struct mem_prop { int type, handle_types, loc_type, loc_id; };
+EXPORT CUresult cuMemCreate(uint64_t *handle, size_t n, const struct mem_prop *prop, unsigned long long flags) {
+  (void)flags; if (!prop) return ERR_INVALID_VALUE; return mem_alloc(handle, n);
+}
+EXPORT CUresult cuMemRelease(uint64_t handle) { return mem_free(handle); }
+struct array_desc { size_t w, h; unsigned format, channels; };
+struct array3d_desc { size_t w, h, d; unsigned format, channels, flags; };
+static uint64_t format_bytes(unsigned f) { return f == 1 || f == 8 ? 1 : f == 2 || f == 9 || f == 0x10 ? 2 : 4; }
+EXPORT CUresult cuArrayCreate_v2(void **array, const struct array_desc *d) {
+  if (!d || !array) return ERR_INVALID_VALUE;
+  uint64_t addr = 0;
+  CUresult r = mem_alloc(&addr, d->w * (d->h ? d->h : 1) * format_bytes(d->format) * d->channels);
+  *array = (void *)addr;
+  return r;
+}
+EXPORT CUresult cuArray3DCreate_v2(void **array, const struct array3d_desc *d) {
+  if (!d || !array) return ERR_INVALID_VALUE;
+  uint64_t addr = 0;
+  CUresult r = mem_alloc(&addr, d->w * (d->h ? d->h : 1) * (d->d ? d->d : 1) * format_bytes(d->format) * d->channels);
+  *array = (void *)addr;
+  return r;
+}
+EXPORT CUresult cuArrayDestroy(void *array) { return mem_free((uint64_t)array); }
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
+  if (!free_ || !total) return ERR_INVALID_VALUE;
+  pthread_mutex_lock(&lock); init_mem(); *free_ = total_mem - used_mem; *total = total_mem; pthread_mutex_unlock(&lock);
+  return OK;
+}
+EXPORT CUresult cuMemGetInfo(unsigned *free_, unsigned *total) {
+  size_t f, t; CUresult r = cuMemGetInfo_v2(&f, &t);
+  if (r == OK) { *free_ = f > 0xffffffffu ? 0xffffffffu : (unsigned)f; *total = t > 0xffffffffu ? 0xffffffffu : (unsigned)t; }
+  return r;
+}
+
+/* The 32-bit ABI of cuDeviceTotalMem (exported, not wrapped by the hook). */
+EXPORT CUresult cuDeviceTotalMem(unsigned *bytes, int dev) {
+  size_t t = 0; CUresult r = cuDeviceTotalMem_v2(&t, dev);
+  if (r == OK) *bytes = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
+  return r;
+}
+/* A "future" launch ABI that is no exported symbol: what the hook cannot wrap. */
+static CUresult internal_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)extra;
+  run_kernel("internal_launch", params); return OK;
+}
+
+/* ---- cuGetProcAddress: base name, ABI version and stream flavour to a function ---- */
+#define PER_THREAD 2 /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, unsigned long long flags);
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned long long flags, int *status);
+struct entry { const char *name; int since; int ptsz; void *fn; };
+#define E(name, since, ptsz, fn) {name, since, ptsz, (void *)fn}
+static const struct entry table[] = {
+  E("cuInit", 2000, 0, cuInit),
+  E("cuDriverGetVersion", 2020, 0, cuDriverGetVersion),
+  E("cuDeviceGet", 2000, 0, cuDeviceGet),
+  E("cuDeviceGetCount", 2000, 0, cuDeviceGetCount),
+  E("cuDeviceTotalMem", 2000, 0, cuDeviceTotalMem),
+  E("cuDeviceTotalMem", 3020, 0, cuDeviceTotalMem_v2),
+  E("cuCtxSynchronize", 2000, 0, cuCtxSynchronize),
+  E("cuCtxGetDevice", 2000, 0, cuCtxGetDevice),
+  E("cuGetProcAddress", 11030, 0, cuGetProcAddress),
+  E("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2),
+  E("cuLaunchKernel", 4000, 0, cuLaunchKernel),
+  E("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz),
+  E("cuLaunchKernel", 99000, 0, internal_launch),
+  E("cuLaunchKernelEx", 11060, 0, cuLaunchKernelEx),
+  E("cuLaunchKernelEx", 11060, 1, cuLaunchKernelEx_ptsz),
+  E("cuLaunchCooperativeKernel", 9000, 0, cuLaunchCooperativeKernel),
+  E("cuLaunchCooperativeKernel", 9000, 1, cuLaunchCooperativeKernel_ptsz),
+  E("cuGraphLaunch", 10000, 0, cuGraphLaunch),
+  E("cuGraphLaunch", 10000, 1, cuGraphLaunch_ptsz),
+  E("cuStreamCreate", 2000, 0, cuStreamCreate),
+  E("cuStreamDestroy", 4000, 0, cuStreamDestroy_v2),
+  E("cuStreamSynchronize", 2000, 0, cuStreamSynchronize),
+  E("cuStreamBeginCapture", 10010, 0, cuStreamBeginCapture_v2),
+  E("cuStreamEndCapture", 10000, 0, cuStreamEndCapture),
+  E("cuStreamIsCapturing", 10000, 0, cuStreamIsCapturing),
+  E("cuStreamIsCapturing", 10000, 1, cuStreamIsCapturing_ptsz),
+  E("cuEventCreate", 2000, 0, cuEventCreate),
+  E("cuEventRecord", 2000, 0, cuEventRecord),
+  E("cuEventRecord", 7000, 1, cuEventRecord_ptsz),
+  E("cuEventQuery", 2000, 0, cuEventQuery),
+  E("cuEventSynchronize", 2000, 0, cuEventSynchronize),
+  E("cuEventDestroy", 4000, 0, cuEventDestroy_v2),
+  E("cuMemAlloc", 3020, 0, cuMemAlloc_v2),
+  E("cuMemAllocManaged", 6000, 0, cuMemAllocManaged),
+  E("cuMemAllocPitch", 3020, 0, cuMemAllocPitch_v2),
+  E("cuMemFree", 3020, 0, cuMemFree_v2),
+  E("cuMemAllocAsync", 11020, 0, cuMemAllocAsync),
+  E("cuMemAllocAsync", 11020, 1, cuMemAllocAsync_ptsz),
+  E("cuMemAllocFromPoolAsync", 11020, 0, cuMemAllocFromPoolAsync),
+  E("cuMemAllocFromPoolAsync", 11020, 1, cuMemAllocFromPoolAsync_ptsz),
+  E("cuMemFreeAsync", 11020, 0, cuMemFreeAsync),
+  E("cuMemFreeAsync", 11020, 1, cuMemFreeAsync_ptsz),
+  E("cuDeviceGetMemPool", 11020, 0, cuDeviceGetMemPool),
+  E("cuMemPoolTrimTo", 11020, 0, cuMemPoolTrimTo),
+  E("cuMemCreate", 10020, 0, cuMemCreate),
+  E("cuMemRelease", 10020, 0, cuMemRelease),
+  E("cuArrayCreate", 3020, 0, cuArrayCreate_v2),
+  E("cuArray3DCreate", 3020, 0, cuArray3DCreate_v2),
+  E("cuArrayDestroy", 2000, 0, cuArrayDestroy),
+  E("cuMemGetInfo", 2000, 0, cuMemGetInfo),
+  E("cuMemGetInfo", 3020, 0, cuMemGetInfo_v2),
+  E("cuThreadExchangeStreamCaptureMode", 10010, 0, cuThreadExchangeStreamCaptureMode),
+};
+
+static void *lookup(const char *sym, int version, unsigned long long flags) {
+  const struct entry *best = NULL;
+  int want_ptsz = (flags & PER_THREAD) != 0;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    const struct entry *e = &table[i];
+    if (strcmp(e->name, sym) != 0 || e->since > version) continue;
+    if (e->ptsz && !want_ptsz) continue;
+    /* Prefer the per-thread flavour when asked for, then the newest ABI. */
+    if (!best || (e->ptsz && !best->ptsz) || (e->ptsz == best->ptsz && e->since > best->since)) best = e;
+  }
+  return best ? best->fn : NULL;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, unsigned long long flags) {
+  if (!sym || !pfn) return ERR_INVALID_VALUE;
+  *pfn = lookup(sym, version, flags);
+  return *pfn ? OK : ERR_NOT_FOUND;
+}
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned long long flags, int *status) {
+  CUresult r = cuGetProcAddress(sym, pfn, version, flags);
+  if (status) *status = r == OK ? 0 : 1;
+  return r;
+}

@@ -1,0 +1,1230 @@
+//! The preload hook (`libgpushare.so`) in client processes, against a real `gpushared`
+//! (`--bus none`) and a fake `libcuda.so.1` (tests/fakes/fake_cuda.c) built here with gcc.
+//!
+//! The fake runs "kernels" synchronously (busy-waiting) and logs `pid start end function` for
+//! each, so the tests can see who ran when and which real function a launch reached. Its
+//! device memory is a 16 GiB counter. The client program (tests/fakes/client.c) is built three
+//! ways: resolving the driver with dlsym, through cuGetProcAddress_v2 (as static cudart does),
+//! and linked with -lcuda.
+//!
+//! The hook is built by the test with `cargo build -p gpushare-hook` in its own target dir
+//! (`GPUSHARE_HOOK_LIB=path/to/libgpushare.so` uses a prebuilt one instead). The tests run one
+//! at a time. Skipped (with a message) only when gcc is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const GPUSHARED: &str = env!("CARGO_BIN_EXE_gpushared");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const TMP: &str = env!("CARGO_TARGET_TMPDIR");
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    Dlsym,
+    ProcAddress,
+    Link,
+}
+
+const ALL: [Via; 3] = [Via::Dlsym, Via::ProcAddress, Via::Link];
+
+struct Fakes {
+    dir: PathBuf,
+}
+
+impl Fakes {
+    fn client(&self, via: Via) -> PathBuf {
+        self.dir.join(match via {
+            Via::Dlsym => "client_dlsym",
+            Via::ProcAddress => "client_proc",
+            Via::Link => "client_link",
+        })
+    }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn have_gcc() -> bool {
+    Command::new("gcc")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Builds the fake driver and the clients once per test run; `None` (skip) without gcc.
+fn fakes() -> Option<&'static Fakes> {
+    static FAKES: OnceLock<Option<Fakes>> = OnceLock::new();
+    FAKES
+        .get_or_init(|| {
+            if !have_gcc() {
+                eprintln!("SKIPPED: gcc is not installed; the hook tests need it to build the fake libcuda");
+                return None;
+            }
+            let src = Path::new(ROOT).join("tests/fakes");
+            let dir = Path::new(TMP).join(format!("hook-fakes-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            run_ok(Command::new("gcc").args(["-O1", "-Wall", "-shared", "-fPIC"]).args([
+                "-Wl,-soname,libcuda.so.1",
+                "-Wl,-Bsymbolic",
+                "-o",
+            ]).arg(dir.join("libcuda.so.1")).arg(src.join("fake_cuda.c")).arg("-lpthread"));
+            run_ok(
+                Command::new("gcc")
+                    .args(["-O1", "-Wall", "-shared", "-fPIC"])
+                    .args(["-Wl,-soname,libnvidia-ml.so.1", "-Wl,-Bsymbolic", "-o"])
+                    .arg(dir.join("libnvidia-ml.so.1"))
+                    .arg(src.join("fake_nvml_memory.c")),
+            );
+            let _ = std::fs::remove_file(dir.join("libcuda.so"));
+            std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+            let client = src.join("client.c");
+            for (def, name) in [("-DVIA_DLSYM", "client_dlsym"), ("-DVIA_PROC", "client_proc")] {
+                run_ok(Command::new("gcc").args(["-O1", "-Wall", def, "-o"]).arg(dir.join(name)).arg(&client).args(["-ldl", "-lpthread"]));
+            }
+            run_ok(
+                Command::new("gcc")
+                    .args(["-O1", "-Wall", "-DVIA_LINK", "-o"])
+                    .arg(dir.join("client_link"))
+                    .arg(&client)
+                    .arg(format!("-L{}", dir.display()))
+                    .args(["-lcuda", "-ldl", "-lpthread"]),
+            );
+            Some(Fakes { dir })
+        })
+        .as_ref()
+}
+
+/// Builds what the tests need, or `None` to skip; the guard runs the tests one at a time (the
+/// timing tests busy-wait in two processes each and must not steal each other's CPUs).
+fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    fakes()?;
+    Some(guard)
+}
+
+/// Builds the hook with cargo (in its own target dir, so as not to wait on the lock of the
+/// build that runs these tests) and returns the library. `GPUSHARE_HOOK_LIB` overrides it.
+fn hook(profile: &str) -> PathBuf {
+    static DEBUG: OnceLock<PathBuf> = OnceLock::new();
+    static RELEASE: OnceLock<PathBuf> = OnceLock::new();
+    let cell = if profile == "release" {
+        &RELEASE
+    } else {
+        &DEBUG
+    };
+    cell.get_or_init(|| {
+        if profile != "release" {
+            if let Some(p) = std::env::var_os("GPUSHARE_HOOK_LIB") {
+                return PathBuf::from(p);
+            }
+        }
+        let target = Path::new(TMP).join("hook-build");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "gpushare-hook"])
+            .current_dir(ROOT)
+            .env("CARGO_TARGET_DIR", &target);
+        if profile == "release" {
+            cmd.arg("--release");
+        }
+        run_ok(&mut cmd);
+        let lib = target
+            .join(if profile == "release" {
+                "release"
+            } else {
+                "debug"
+            })
+            .join("libgpushare.so");
+        assert!(lib.exists(), "{} was not built", lib.display());
+        lib
+    })
+    .clone()
+}
+
+/// A real gpushared on a private socket, killed on drop.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// `clients` is TOML appended to the config (use `{uid}` for the current uid).
+    fn start(clients: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let uid = unsafe { libc_getuid() };
+        let config = dir.path().join("gpushare.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"[daemon]
+quantum = "20ms"
+client_timeout = "2s"
+[gpu]
+nvml = false
+set_compute_mode = false
+[defaults]
+memory = "unlimited"
+{}
+"#,
+                clients.replace("{uid}", &uid.to_string())
+            ),
+        )
+        .unwrap();
+        let sockets = dir.path().join("run");
+        let socket = sockets.join("gpushare.sock");
+        let child = Command::new(GPUSHARED)
+            .arg("--config")
+            .arg(&config)
+            .arg("--socket-dir")
+            .arg(&sockets)
+            .args(["--bus", "none", "--log", "warn"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start gpushared");
+        let mut d = Daemon {
+            child,
+            socket,
+            _dir: dir,
+        };
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!("gpushared exited: {status}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "gpushared did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+extern "C" {
+    #[link_name = "getuid"]
+    fn libc_getuid() -> u32;
+}
+
+/// One client process under the hook.
+struct Run<'a> {
+    via: Via,
+    hook: PathBuf,
+    socket: Option<&'a Path>,
+    client: &'a str,
+    env: Vec<(&'a str, String)>,
+    log: Option<PathBuf>,
+}
+
+impl<'a> Run<'a> {
+    fn new(via: Via) -> Run<'a> {
+        Run {
+            via,
+            hook: hook("debug"),
+            socket: None,
+            client: "",
+            env: vec![],
+            log: None,
+        }
+    }
+    fn daemon(mut self, d: &'a Daemon) -> Self {
+        self.socket = Some(&d.socket);
+        self
+    }
+    fn client(mut self, name: &'a str) -> Self {
+        self.client = name;
+        self
+    }
+    fn log(mut self, path: &Path) -> Self {
+        self.log = Some(path.to_path_buf());
+        self
+    }
+    fn env(mut self, k: &'a str, v: &str) -> Self {
+        self.env.push((k, v.to_string()));
+        self
+    }
+    fn command(&self, ops: &[&str]) -> Command {
+        let f = fakes().expect("fakes");
+        let mut cmd = Command::new(f.client(self.via));
+        cmd.args(ops)
+            .env("LD_LIBRARY_PATH", &f.dir)
+            .env("LD_PRELOAD", &self.hook)
+            .env("GPUSHARE_CLIENT", self.client)
+            .env_remove("GPUSHARE_NO_DAEMON");
+        match self.socket {
+            Some(s) => cmd.env("GPUSHARE_SOCKET", s),
+            None => cmd.env(
+                "GPUSHARE_SOCKET",
+                Path::new(TMP).join("no-daemon-here.sock"),
+            ),
+        };
+        if let Some(log) = &self.log {
+            cmd.env("FAKE_CUDA_LOG", log);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+    fn output(&self, ops: &[&str]) -> Output {
+        self.command(ops).output().expect("run client")
+    }
+    /// Runs and returns stdout, asserting success.
+    fn ok(&self, ops: &[&str]) -> String {
+        let out = self.output(ops);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{:?} {ops:?} failed ({}):\n{stdout}{}",
+            self.via,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+}
+
+/// Kernel intervals from the fake's log: (pid, start, end, function).
+fn kernels(log: &Path) -> Vec<(u32, u64, u64, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Pairs of kernels of different processes that ran at the same time.
+fn overlaps(k: &[(u32, u64, u64, String)]) -> usize {
+    let mut n = 0;
+    for (i, a) in k.iter().enumerate() {
+        for b in &k[i + 1..] {
+            if a.0 != b.0 && a.1 < b.2 && b.1 < a.2 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn line<'s>(stdout: &'s str, prefix: &str) -> &'s str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{stdout}"))
+}
+
+#[test]
+fn without_a_daemon_programs_run_unmanaged_and_say_so_once() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for via in ALL {
+        let log = dir.path().join(format!("{via:?}.log"));
+        let out = Run::new(via).log(&log).output(&[
+            "launch:3:1000",
+            "launch_ptsz:1:0",
+            "alloc:1000",
+            "info",
+            "free:0",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{via:?}: {stdout}{stderr}");
+        assert_eq!(line(&stdout, "init"), "init 0");
+        assert_eq!(line(&stdout, "alloc"), "alloc 1000 -> 0");
+        assert_eq!(
+            line(&stdout, "info"),
+            format!("info free={} total={} -> 0", 16 * GIB - 1000, 16 * GIB)
+        );
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{via:?}: expected one line on stderr, got {stderr:?}"
+        );
+        assert!(
+            lines[0].starts_with("gpushare: no daemon at ")
+                && lines[0].ends_with("running unmanaged")
+        );
+        let k = kernels(&log);
+        let names: Vec<&str> = k.iter().map(|x| x.3.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cuLaunchKernel"; 3]
+                .iter()
+                .copied()
+                .chain(["cuLaunchKernel_ptsz"])
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn refuse_policy_fails_cu_init_without_a_daemon() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    for via in ALL {
+        let out = Run::new(via)
+            .env("GPUSHARE_NO_DAEMON", "refuse")
+            .output(&["launch:1:0"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // CUDA_ERROR_NOT_PERMITTED
+        assert_eq!(line(&stdout, "init"), "init 800", "{via:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("GPUSHARE_NO_DAEMON=refuse"));
+    }
+}
+
+/// Runs of consecutive kernels (in start order) of one process.
+fn runs(k: &[(u32, u64, u64, String)]) -> Vec<usize> {
+    let mut sorted: Vec<_> = k.iter().map(|x| (x.1, x.0)).collect();
+    sorted.sort();
+    let mut runs = vec![];
+    for (i, w) in sorted.iter().enumerate() {
+        if i == 0 || sorted[i - 1].1 != w.1 {
+            runs.push(0);
+        }
+        *runs.last_mut().unwrap() += 1;
+    }
+    runs
+}
+
+/// Nanoseconds during which kernels of two processes ran at once.
+fn overlap_ns(k: &[(u32, u64, u64, String)]) -> u64 {
+    let mut n = 0;
+    for (i, a) in k.iter().enumerate() {
+        for b in &k[i + 1..] {
+            if a.0 != b.0 && a.1 < b.2 && b.1 < a.2 {
+                n += a.2.min(b.2) - a.1.max(b.1);
+            }
+        }
+    }
+    n
+}
+
+/// `clock` picks the hook's launch-path clock (`GPUSHARE_CLOCK`: tsc, monotonic, "" = auto).
+/// Two processes, each launching 150 one-millisecond kernels with a 20 ms quantum: under the
+/// hook the GPU passes between them in leases (runs of many kernels of one process, not
+/// kernel-by-kernel interleaving), and their kernels overlap only where a kernel launched at
+/// the end of a lease is still running when the daemon grants the next one (the daemon takes
+/// the token back at the lease end, see the scheduler).
+fn alternate(via: Via, op: &str, expect_fn: &str, clock: &str) {
+    let d = Daemon::start("");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kernels.log");
+    let run = Run::new(via)
+        .daemon(&d)
+        .log(&log)
+        .env("GPUSHARE_CLOCK", clock);
+    let ops = [op];
+    let mut a = run
+        .command(&ops)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut b = run
+        .command(&ops)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (sa, sb) = (a.wait().unwrap(), b.wait().unwrap());
+    assert!(sa.success() && sb.success(), "{via:?}: clients failed");
+    let k = kernels(&log);
+    assert_eq!(k.len(), 300, "{via:?}: all kernels ran");
+    assert!(
+        k.iter().all(|x| x.3 == expect_fn),
+        "{via:?}: kernels reached {:?}",
+        k.first()
+    );
+    let r = runs(&k);
+    assert!(
+        r.len() >= 5,
+        "{via:?}: the token passed only {} times: {r:?}",
+        r.len() - 1
+    );
+    let mean = 300.0 / r.len() as f64;
+    assert!(mean >= 5.0, "{via:?}: kernels interleave, runs {r:?}");
+    // At most the kernel in flight at each lease end (1 ms, stretched by a busy test machine).
+    let overlap = overlap_ns(&k);
+    eprintln!("{via:?} {op}: runs {r:?}, overlap {overlap} ns");
+    assert!(
+        overlap <= r.len() as u64 * 3_000_000,
+        "{via:?}: {overlap} ns of overlap for {} lease changes",
+        r.len() - 1
+    );
+}
+
+#[test]
+fn launches_through_dlsym_alternate_by_token() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    alternate(
+        Via::Dlsym,
+        "launch:150:1000000",
+        "cuLaunchKernel",
+        "monotonic",
+    );
+}
+
+#[test]
+fn per_thread_stream_launches_through_cu_get_proc_address_alternate_by_token() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    alternate(
+        Via::ProcAddress,
+        "launch_ptsz:150:1000000",
+        "cuLaunchKernel_ptsz",
+        "tsc",
+    );
+}
+
+#[test]
+fn launch_ex_in_a_linked_program_alternates_by_token() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    alternate(
+        Via::Link,
+        "launch_ex:150:1000000",
+        "cuLaunchKernelEx",
+        "tsc",
+    );
+}
+
+#[test]
+fn graph_and_cooperative_launches_alternate_by_token() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    alternate(Via::ProcAddress, "graph:150:1000000", "cuGraphLaunch", "");
+    alternate(
+        Via::Dlsym,
+        "coop:150:1000000",
+        "cuLaunchCooperativeKernel",
+        "",
+    );
+}
+
+/// The control: the same two processes without a daemon overlap, so the check above can fail.
+#[test]
+fn unmanaged_processes_overlap() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kernels.log");
+    let run = Run::new(Via::Dlsym).log(&log);
+    let ops = ["launch:100:1000000"];
+    let mut a = run.command(&ops).stderr(Stdio::null()).spawn().unwrap();
+    let mut b = run.command(&ops).stderr(Stdio::null()).spawn().unwrap();
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let k = kernels(&log);
+    assert!(overlaps(&k) > 0);
+    let r = runs(&k);
+    eprintln!("unmanaged: runs {r:?}, overlap {} ns", overlap_ns(&k));
+}
+
+/// A 1 GiB cap: allocations up to the cap succeed, one byte more fails with
+/// CUDA_ERROR_OUT_OF_MEMORY, and after a free the same allocation succeeds.
+#[test]
+fn the_memory_cap_holds_to_the_byte() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
+    let half = (GIB / 2).to_string();
+    for via in ALL {
+        let out = Run::new(via).daemon(&d).client("capped").ok(&[
+            "info",
+            &format!("alloc:{half}"),
+            &format!("alloc:{}", GIB / 2 - 1),
+            "info",
+            "alloc:2",
+            "alloc:1",
+            "alloc:1",
+            "info",
+            "free:1",
+            &format!("alloc:{half}"),
+            &format!("alloc:{}", GIB / 2 - 1),
+            "free:0",
+            &format!("alloc:{half}"),
+            "info1",
+            "total",
+        ]);
+        let l: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            l,
+            [
+                "init 0".to_string(),
+                format!("info free={GIB} total={GIB} -> 0"),
+                format!("alloc {half} -> 0"),
+                format!("alloc {} -> 0", GIB / 2 - 1),
+                format!("info free=1 total={GIB} -> 0"),
+                "alloc 2 -> 2".into(),
+                "alloc 1 -> 0".into(),
+                "alloc 1 -> 2".into(),
+                "info free=0 total=1073741824 -> 0".into(),
+                "free 1 -> 0".into(),
+                // half + 1 + half is one byte over.
+                format!("alloc {half} -> 2"),
+                format!("alloc {} -> 0", GIB / 2 - 1),
+                "free 0 -> 0".into(),
+                format!("alloc {half} -> 0"),
+                format!("info1 free=0 total={GIB} -> 0"),
+                format!("total {GIB} -> 0"),
+            ],
+            "{via:?}"
+        );
+    }
+}
+
+/// Pools, virtual memory (PyTorch's expandable segments), managed and pitched memory count too;
+/// a pool is trimmed before an allocation from it fails.
+#[test]
+fn every_allocation_path_counts_against_the_cap() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    let mib = MIB.to_string();
+    for via in ALL {
+        let out = Run::new(via)
+            .daemon(&d)
+            .client("small")
+            .env("FAKE_CUDA_SAY_TRIM", "1")
+            .output(&[
+                &format!("create:{mib}"),
+                "async:1",
+                "pool:1",
+                "managed:1",
+                "pitch:1:1",
+                "alloc:1",
+                "free:0",
+                &format!("async:{}", MIB - 511),
+                "pitch:100:1",
+                "free:1",
+                "pitch:100:1",
+                "managed:1",
+                "free:2",
+                &format!("pool:{mib}"),
+            ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{via:?}: {stdout}{stderr}");
+        let l: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            l,
+            [
+                "init 0".to_string(),
+                format!("create {mib} -> 0"),
+                "async 1 -> 2".into(),
+                "pool 1 -> 2".into(),
+                "managed 1 -> 2".into(),
+                "pitch 1 1 -> 2 pitch=0".into(),
+                "alloc 1 -> 2".into(),
+                "free 0 -> 0".into(),
+                format!("async {} -> 0", MIB - 511),
+                // 100 bytes fit, but the driver pads the row to 512: over the cap.
+                "pitch 100 1 -> 2 pitch=512".into(),
+                "free 1 -> 0".into(),
+                "pitch 100 1 -> 0 pitch=512".into(),
+                "managed 1 -> 0".into(),
+                "free 2 -> 0".into(),
+                "pool 1048576 -> 2".into(),
+            ],
+            "{via:?}: {stderr}"
+        );
+        // Async and pool allocations that hit the cap trimmed the pool first (3 times above).
+        assert_eq!(
+            stderr.matches("fake_cuda: pool trimmed").count(),
+            3,
+            "{via:?}: {stderr}"
+        );
+    }
+}
+
+/// A fork child attaches on its own (a second process of the same client, sharing its cap)
+/// instead of talking on the parent's connection.
+#[test]
+fn a_fork_child_attaches_on_its_own() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
+    let out = Run::new(Via::Dlsym).daemon(&d).client("capped").ok(&[
+        &format!("alloc:{}", 600 * MIB),
+        &format!("fork:alloc:{}", 500 * MIB),
+        &format!("fork:alloc:{}", 400 * MIB),
+        &format!("alloc:{}", 400 * MIB),
+        "info",
+    ]);
+    let l: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        l,
+        [
+            "init 0".to_string(),
+            format!("alloc {} -> 0", 600 * MIB),
+            // The child's own cuInit, then its allocation against the shared cap.
+            "init 0".into(),
+            format!("alloc {} -> 2", 500 * MIB),
+            "init 0".into(),
+            format!("alloc {} -> 0", 400 * MIB),
+            // The child exited: its memory was given back with its connection.
+            format!("alloc {} -> 0", 400 * MIB),
+            format!("info free={} total={GIB} -> 0", 24 * MIB),
+        ]
+    );
+}
+
+/// glibc resolves RTLD_NEXT from the caller's return address: through the hook's dlsym the
+/// caller must still be the program (a tail jump), in debug and in release builds.
+#[test]
+fn rtld_next_still_sees_the_caller_through_the_hook() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    for profile in ["debug", "release"] {
+        let mut run = Run::new(Via::Link);
+        run.hook = hook(profile);
+        let out = run.ok(&["rtld_next"]);
+        // From the program, the next cuInit after it is the hook's (preloaded before libcuda).
+        assert!(
+            line(&out, "rtld_next").ends_with("libgpushare.so"),
+            "{profile}: {out}"
+        );
+    }
+}
+
+/// Launches on a capturing stream are not gated (nothing may block or sync on it), and when a
+/// lease ends while a stream of it is capturing, the hook never records its event there (the
+/// fake says so on stderr, as the real driver would invalidate the capture).
+#[test]
+fn capturing_streams_are_not_gated_nor_touched() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::ProcAddress))
+        .args(["capture:5:0", "capture_mix:40:1000000"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("capture 5 -> 0") && stdout.contains("capture_mix 40 -> 0"),
+        "{stdout}{stderr}"
+    );
+    assert!(!stderr.contains("capturing stream"), "{stderr}");
+    let seen = server.join().unwrap();
+    let releases = seen
+        .iter()
+        .filter(|(_, r)| matches!(r, gpushare::protocol::Request::Release { .. }))
+        .count();
+    // 80 ms of kernels on the null stream in 20 ms leases: leases ended during the capture.
+    assert!(releases >= 2, "{seen:?}");
+}
+
+/// A scripted stand-in for the daemon that records what one hook process says and when
+/// (for timing that the real scheduler does not expose).
+fn recording_daemon(
+    dir: &Path,
+) -> (
+    PathBuf,
+    std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
+) {
+    recording_daemon_with_mps(dir, String::new(), 0, 0)
+}
+
+fn recording_daemon_with_mps(
+    dir: &Path,
+    mps_pipe_dir: String,
+    mps_thread_percentage: u32,
+    mps_pinned_mem_limit: u64,
+) -> (
+    PathBuf,
+    std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
+) {
+    use gpushare::protocol::{frame_len, Reply, Request, NO_CAP};
+    use std::io::{Read, Write};
+    let path = dir.join("recording.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let start = Instant::now();
+        let mut seen = vec![];
+        loop {
+            let mut header = [0u8; 4];
+            if s.read_exact(&mut header).is_err() {
+                return seen;
+            }
+            let mut payload = vec![0; frame_len(header).unwrap()];
+            s.read_exact(&mut payload).unwrap();
+            let req = Request::decode(&payload).unwrap();
+            let reply = match &req {
+                Request::Hello { .. } => Some(Reply::Welcome {
+                    client: "rec".into(),
+                    memory_cap: NO_CAP,
+                    quantum_ns: 20_000_000,
+                    mps_pipe_dir: mps_pipe_dir.clone(),
+                    mps_thread_percentage,
+                    mps_pinned_mem_limit,
+                }),
+                Request::Acquire => Some(Reply::Grant {
+                    lease_ns: 20_000_000,
+                }),
+                Request::Reserve { .. } => Some(Reply::Reserved { used: 0 }),
+                _ => None,
+            };
+            seen.push((start.elapsed(), req));
+            if let Some(r) = reply {
+                s.write_all(&r.to_frame().unwrap()).unwrap();
+            }
+        }
+    });
+    (path, server)
+}
+
+/// A process that stops launching gives the token back soon after its lease ends (the idle
+/// releaser), not only at its next launch.
+#[test]
+fn an_idle_holder_releases_the_token_after_its_lease() {
+    use gpushare::protocol::Request;
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::ProcAddress))
+        .args(["launch:2:1000000", "sleep:400", "launch:2:1000000"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = server.join().unwrap();
+    let kinds: Vec<&Request> = seen.iter().map(|(_, r)| r).collect();
+    assert!(
+        matches!(
+            kinds.as_slice(),
+            [
+                Request::Hello { .. },
+                Request::Acquire,
+                Request::Release { .. },
+                Request::Acquire,
+                ..
+            ]
+        ),
+        "{seen:?}"
+    );
+    let (acquired, released) = (seen[1].0, seen[2].0);
+    let held = released - acquired;
+    // 20 ms lease + a quarter lease of slack, well before the 400 ms pause ends.
+    assert!(
+        held >= Duration::from_millis(20) && held < Duration::from_millis(200),
+        "{seen:?}"
+    );
+    if let Request::Release { gpu_ns } = seen[2].1 {
+        assert!(
+            gpu_ns <= 20_000_000,
+            "an idle lease is charged at most its length: {gpu_ns}"
+        );
+    }
+}
+
+/// Threads of one process share its token: only one of them talks to the daemon at a time, so
+/// the daemon sees Acquire and Release strictly alternate.
+#[test]
+fn threads_share_one_token_and_one_conversation() {
+    use gpushare::protocol::Request;
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let log = dir.path().join("kernels.log");
+    let out = Command::new(f.client(Via::Dlsym))
+        .args(["threads:4:40"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("FAKE_CUDA_LOG", &log)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("threads 4 40 -> 0"),
+        "{stdout}"
+    );
+    assert_eq!(kernels(&log).len(), 160);
+    let seen = server.join().unwrap();
+    let mut expect_acquire = true;
+    let mut acquires = 0;
+    for (_, r) in &seen[1..] {
+        match r {
+            Request::Acquire => {
+                assert!(expect_acquire, "two Acquires in a row: {seen:?}");
+                acquires += 1;
+                expect_acquire = false;
+            }
+            Request::Release { .. } => {
+                assert!(!expect_acquire, "Release without a lease: {seen:?}");
+                expect_acquire = true;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // 40 ms of kernels in 20 ms leases.
+    assert!(acquires >= 2, "{seen:?}");
+}
+
+/// CUDA arrays count against the cap; NVML's memory info reports the cap to a process that
+/// attached through CUDA (and the device's numbers to one that did not).
+#[test]
+fn arrays_count_and_nvml_reports_the_cap() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    let before = Run::new(Via::Dlsym)
+        .daemon(&d)
+        .client("small")
+        .ok(&["nvml"]);
+    assert_eq!(
+        line(&before, "nvml "),
+        format!(
+            "nvml total={} free={} used={} -> 0",
+            16 * GIB,
+            15 * GIB,
+            GIB
+        ),
+        "NVML alone is not capped"
+    );
+    for via in ALL {
+        let out = Run::new(via).daemon(&d).client("small").ok(&[
+            "array:512:512",
+            "alloc:1",
+            "nvml",
+            "free:0",
+            "array3d:64:64:64",
+            "array:1:1",
+        ]);
+        let l: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            l,
+            [
+                "init 0".to_string(),
+                "array 512 512 -> 0".into(),
+                "alloc 1 -> 2".into(),
+                format!("nvml total={MIB} free=0 used={MIB} -> 0"),
+                format!("nvml2 total={MIB} reserved={} free=0 used=0 -> 0", GIB / 4),
+                "free 0 -> 0".into(),
+                "array3d 64 64 -> 0".into(),
+                "array 1 1 -> 2".into(),
+            ],
+            "{via:?}"
+        );
+    }
+}
+
+/// When the device itself is full, an async allocation trims its pool and tries once more,
+/// and a failed allocation gives its reservation back.
+#[test]
+fn a_full_device_trims_the_pool_and_failed_allocations_are_unreserved() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("[clients.small]\nmemory = 3000\nusers = [\"{uid}\"]\n");
+    for via in ALL {
+        let out = Run::new(via)
+            .daemon(&d)
+            .client("small")
+            .env("FAKE_CUDA_TOTAL_MEM", "2000")
+            .env("FAKE_CUDA_SAY_TRIM", "1")
+            .output(&["async:2500", "alloc:2500", "info"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let l: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            l,
+            [
+                "init 0",
+                "async 2500 -> 2",
+                "alloc 2500 -> 2",
+                "info free=2000 total=2000 -> 0"
+            ],
+            "{via:?}: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches("fake_cuda: pool trimmed").count(),
+            1,
+            "{via:?}: {stderr}"
+        );
+    }
+}
+
+/// The MPS settings of the Welcome reach the driver's environment before the real cuInit,
+/// unless the user set them.
+#[test]
+fn mps_settings_are_exported_before_cu_init() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) =
+        recording_daemon_with_mps(dir.path(), "/run/gpushare/mps".into(), 30, 4 * GIB);
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::Dlsym))
+        .args([
+            "getenv:CUDA_MPS_PIPE_DIRECTORY",
+            "getenv:CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            "getenv:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        ])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")
+        .env("FAKE_CUDA_SAY_MPS", "1")
+        .env_remove("CUDA_MPS_PIPE_DIRECTORY")
+        .env_remove("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let l: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        l,
+        [
+            "init 0",
+            "env CUDA_MPS_PIPE_DIRECTORY=/run/gpushare/mps",
+            "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10",
+            "env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M",
+        ]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fake_cuda: cuInit sees CUDA_MPS_PIPE_DIRECTORY=/run/gpushare/mps"),
+        "{stderr}"
+    );
+    server.join().unwrap();
+}
+
+/// cuGetProcAddress asked for itself hands out the hook's wrapper of the form the driver chose
+/// for that version (4 arguments before CUDA 12, 5 from 12.0 on).
+#[test]
+fn cu_get_proc_address_of_itself_is_wrapped_in_the_right_form() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let out = Run::new(Via::ProcAddress).ok(&["procself"]);
+    let l: Vec<&str> = out.lines().filter(|l| l.starts_with("procself")).collect();
+    // dladdr names the exported symbol nearest the address: the hook's wrappers.
+    assert_eq!(
+        l,
+        [
+            "procself 11030 cuGetProcAddress libgpushare.so",
+            "procself 12000 cuGetProcAddress_v2 libgpushare.so",
+            "procself distinct 1"
+        ]
+    );
+    let hooked = Run::new(Via::ProcAddress)
+        .command(&["procself"])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&hooked.stdout).contains("procself 12000 cuGetProcAddress_v2"));
+}
+
+/// A daemon that refuses the process (here: an unknown client name) makes cuInit fail with
+/// CUDA_ERROR_NOT_PERMITTED and says why.
+#[test]
+fn a_refused_attach_fails_cu_init() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("");
+    let out = Run::new(Via::Link)
+        .daemon(&d)
+        .client("no-such-client")
+        .output(&["launch:1:0"]);
+    assert_eq!(
+        line(&String::from_utf8_lossy(&out.stdout), "init"),
+        "init 800"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("gpushare: the daemon refused to attach this process as no-such-client"),
+        "{stderr}"
+    );
+}
+
+/// An old ABI the hook does not wrap on purpose (cuDeviceTotalMem v1) passes silently; a
+/// driver answer that is no exported function for a wrapped name passes too, but is reported
+/// once, since that entry point then runs unmanaged.
+#[test]
+fn unwrappable_proc_address_answers_pass_through_and_are_reported_once() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let quiet = Run::new(Via::ProcAddress).output(&["procget:1:2000"]);
+    assert_eq!(
+        line(&String::from_utf8_lossy(&quiet.stdout), "procget"),
+        "procget cuDeviceTotalMem 2000 -> 0 libcuda.so.1"
+    );
+    let stderr = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!stderr.contains("does not wrap"), "{stderr}");
+
+    let loud = Run::new(Via::ProcAddress).output(&["procget:0:99000", "procget:0:99000"]);
+    let stdout = String::from_utf8_lossy(&loud.stdout);
+    assert_eq!(
+        stdout
+            .matches("procget cuLaunchKernel 99000 -> 0 libcuda.so.1")
+            .count(),
+        2
+    );
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert_eq!(
+        stderr.matches("gpushare: cuGetProcAddress gave a version of cuLaunchKernel that the hook does not wrap").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+/// Work that never finishes (say, a kernel waiting on another process that waits for the
+/// token) does not hold the token forever: the end of a lease waits a bounded time (four
+/// leases, at least 100 ms), says so once, and gives the token back.
+#[test]
+fn the_end_of_a_lease_waits_a_bounded_time() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let start = Instant::now();
+    let out = Command::new(f.client(Via::Dlsym))
+        .args(["launch:60:1000000"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("FAKE_CUDA_NEVER_DONE", "1")
+        .output()
+        .unwrap();
+    let elapsed = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("gpushare: the work of a lease was still running after 100 ms")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let seen = server.join().unwrap();
+    let releases = seen
+        .iter()
+        .filter(|(_, r)| matches!(r, gpushare::protocol::Request::Release { .. }))
+        .count();
+    assert!(releases >= 2, "{seen:?}");
+    // 60 ms of kernels, then at most 100 ms per lease end.
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+}
+
+/// When the daemon goes away, processes carry on unmanaged and say so once.
+#[test]
+fn a_lost_daemon_leaves_processes_running_unmanaged() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let mut d = Daemon::start("[clients.capped]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kernels.log");
+    let child = Run::new(Via::ProcAddress)
+        .daemon(&d)
+        .client("capped")
+        .log(&log)
+        .command(&[
+            "launch:30:1000000",
+            "alloc:1048576",
+            "sleep:700",
+            "launch:30:1000000",
+            "alloc:1048576",
+            "info",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let l: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        l,
+        [
+            "init 0".to_string(),
+            "launch 30 -> 0".into(),
+            "alloc 1048576 -> 0".into(),
+            "launch 30 -> 0".into(),
+            // Unmanaged now: the cap no longer applies.
+            "alloc 1048576 -> 0".into(),
+            format!("info free={} total={} -> 0", 16 * GIB - 2 * MIB, 16 * GIB),
+        ],
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("gpushare: lost the daemon").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(kernels(&log).len(), 60);
+}
