@@ -1,12 +1,12 @@
 #!/bin/bash
 # Builds gpushare_<version>_<arch>.deb from this checkout with the cargo on
-# PATH (rustup). Usage: dist/build-deb.sh [OUTDIR] (default target/deb).
+# PATH (rustup). Usage: dist/build-deb.sh [OUTDIR] (default target/debian).
 # Set LINTIAN=1 to run lintian on the result; it fails on lintian errors.
 # The cargo target directory of the checkout is reused (CARGO_TARGET_DIR).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out=$(mkdir -p "${1:-$repo/target/deb}" && cd "${1:-$repo/target/deb}" && pwd)
+out=$(mkdir -p "${1:-$repo/target/debian}" && cd "${1:-$repo/target/debian}" && pwd)
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
 
