@@ -8,10 +8,13 @@
 # names one, makes a Debian bookworm rootfs with debootstrap (cached per day
 # under $E2E_CACHE), boots a copy of it with systemd-nspawn, and checks inside:
 # install, start with sd-notify readiness, watchdog, D-Bus API and policy,
-# authorization of writes, CLI, profile.d opt-in, journald logs, reload, stop,
-# and that a purge leaves nothing behind.
+# authorization of writes, CLI, reload, upgrade, profile.d opt-in, the packaged
+# hook with a CUDA program, compute mode and MPS under the unit's sandbox,
+# journald logs, stop, and that a purge leaves nothing behind.
 #
-# Runs as root. Needs no GPU: the daemon runs with [gpu] nvml = false.
+# Runs as root. Needs no GPU: the daemon runs with [gpu] nvml = false, and the
+# CUDA and GPU-side checks use the test doubles in tests/fakes (fake
+# libcuda.so.1, libnvidia-ml.so.1 and nvidia-cuda-mps-control, built with gcc).
 # Environment: GPUSHARE_DEB (prebuilt .deb), E2E_CACHE (default
 # /var/cache/gpushare-e2e), E2E_MIRROR (default http://deb.debian.org/debian),
 # E2E_KEEP=1 (leave the container running for inspection).
@@ -24,8 +27,16 @@ mirror=${E2E_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
 started=$(date +%s)
 
+passed=0
+failed=0
+failures=()
+work=
+debdir=
+nspawn_pid=
+init_pid=
+
 say() { printf '%s e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { say "$*"; echo "0 passed, 1 failed"; exit 1; }
+die() { say "$*"; echo "$passed passed, $((failed + 1)) failed"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, systemd-nspawn, nsenter)"
 
@@ -48,11 +59,25 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-# ---- checks ----
-passed=0
-failed=0
-failures=()
+cleanup() {
+    if [ "${E2E_KEEP-0}" = 1 ] && [ -n "$init_pid" ]; then
+        say "container kept: nsenter -t $init_pid -a bash; stop it with kill $nspawn_pid"
+        return
+    fi
+    if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
+        # SIGTERM makes systemd-nspawn shut the container down cleanly.
+        kill "$nspawn_pid" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$nspawn_pid" 2>/dev/null
+        wait "$nspawn_pid" 2>/dev/null
+    fi
+    rm -rf "$checklog" ${work:+"$work"} ${debdir:+"$debdir"}
+}
 checklog=$(mktemp)
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- checks ----
 # check NAME COMMAND...: runs COMMAND, counts the result, shows its output on failure.
 check() {
     local name=$1
@@ -102,26 +127,6 @@ fi
 work=$(mktemp -d /var/tmp/gpushare-e2e.XXXXXX)
 root="$work/root"
 machine="gpushare-e2e-$$"
-nspawn_pid=
-init_pid=
-
-cleanup() {
-    if [ "${E2E_KEEP-0}" = 1 ] && [ -n "$init_pid" ]; then
-        say "container kept: nsenter -t $init_pid -a bash; stop it with kill $nspawn_pid"
-        return
-    fi
-    if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
-        # SIGTERM makes systemd-nspawn shut the container down cleanly.
-        kill "$nspawn_pid" 2>/dev/null
-        for _ in $(seq 50); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.2; done
-        kill -KILL "$nspawn_pid" 2>/dev/null
-        wait "$nspawn_pid" 2>/dev/null
-    fi
-    rm -rf "$work" "$checklog"
-    [ -n "${debdir-}" ] && rm -rf "$debdir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 cp -a "$rootfs" "$root"
 cp "$deb" "$root/root/gpushare.deb"
