@@ -10,8 +10,8 @@
 //! The client speaks first with [`Request::Hello`] and gets [`Reply::Welcome`] or
 //! [`Reply::Error`]. After that every request gets exactly one reply in order, except
 //! [`Request::Release`] and [`Request::Unreserve`], which get none. The reply to
-//! [`Request::Acquire`] ([`Reply::Grant`]) comes when the scheduler gives this process the token,
-//! which may be much later. The daemon never trusts what a client says about who it is: identity
+//! [`Request::Acquire`] and [`Request::Renew`] ([`Reply::Grant`]) comes when the scheduler gives
+//! this process the token, which may be much later; its tag tells it apart from other replies. The daemon never trusts what a client says about who it is: identity
 //! comes from the socket's peer credentials.
 
 use std::fmt;
@@ -45,6 +45,10 @@ pub enum Request {
     Reserve { bytes: u64 },
     /// Memory counted by an earlier `Reserve` was freed (or its allocation failed). No reply.
     Unreserve { bytes: u64 },
+    /// Give the token back after `gpu_ns` of GPU time and ask for it again, in one step, so that
+    /// the scheduler weighs this process among the waiting ones when it hands the token on.
+    /// Answered by [`Reply::Grant`].
+    Renew { gpu_ns: u64 },
 }
 
 /// What the daemon answers.
@@ -259,6 +263,7 @@ impl Request {
             Request::Release { .. } => 3,
             Request::Reserve { .. } => 4,
             Request::Unreserve { .. } => 5,
+            Request::Renew { .. } => 6,
         });
         match self {
             Request::Hello { version, client } => {
@@ -266,7 +271,7 @@ impl Request {
                 f.str(client);
             }
             Request::Acquire => {}
-            Request::Release { gpu_ns } => f.u64(*gpu_ns),
+            Request::Release { gpu_ns } | Request::Renew { gpu_ns } => f.u64(*gpu_ns),
             Request::Reserve { bytes } | Request::Unreserve { bytes } => f.u64(*bytes),
         }
         f.finish()
@@ -293,6 +298,7 @@ impl Request {
             3 => Request::Release { gpu_ns: r.u64()? },
             4 => Request::Reserve { bytes: r.u64()? },
             5 => Request::Unreserve { bytes: r.u64()? },
+            6 => Request::Renew { gpu_ns: r.u64()? },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -399,6 +405,7 @@ mod tests {
             },
             Request::Reserve { bytes: 8 << 30 },
             Request::Unreserve { bytes: u64::MAX },
+            Request::Renew { gpu_ns: 20_000_000 },
         ] {
             let f = r.to_frame().unwrap();
             assert_eq!(Request::decode(payload(&f)).unwrap(), r);

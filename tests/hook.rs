@@ -758,7 +758,13 @@ fn capturing_streams_are_not_gated_nor_touched() {
     let seen = server.join().unwrap();
     let releases = seen
         .iter()
-        .filter(|(_, r)| matches!(r, gpushare::protocol::Request::Release { .. }))
+        .filter(|(_, r)| {
+            matches!(
+                r,
+                gpushare::protocol::Request::Release { .. }
+                    | gpushare::protocol::Request::Renew { .. }
+            )
+        })
         .count();
     // 80 ms of kernels on the null stream in 20 ms leases: leases ended during the capture.
     assert!(releases >= 2, "{seen:?}");
@@ -809,7 +815,7 @@ fn recording_daemon_with_mps(
                     mps_thread_percentage,
                     mps_pinned_mem_limit,
                 }),
-                Request::Acquire => Some(Reply::Grant {
+                Request::Acquire | Request::Renew { .. } => Some(Reply::Grant {
                     lease_ns: 20_000_000,
                 }),
                 Request::Reserve { .. } => Some(Reply::Reserved { used: 0 }),
@@ -878,7 +884,8 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
 }
 
 /// Threads of one process share its token: only one of them talks to the daemon at a time, so
-/// the daemon sees Acquire and Release strictly alternate.
+/// the daemon sees a lease asked for (Acquire) only when none is held, and given back (Release,
+/// Renew) only when one is.
 #[test]
 fn threads_share_one_token_and_one_conversation() {
     use gpushare::protocol::Request;
@@ -916,6 +923,10 @@ fn threads_share_one_token_and_one_conversation() {
             Request::Release { .. } => {
                 assert!(!expect_acquire, "Release without a lease: {seen:?}");
                 expect_acquire = true;
+            }
+            Request::Renew { .. } => {
+                assert!(!expect_acquire, "Renew without a lease: {seen:?}");
+                acquires += 1;
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -1168,7 +1179,13 @@ fn the_end_of_a_lease_waits_a_bounded_time() {
     let seen = server.join().unwrap();
     let releases = seen
         .iter()
-        .filter(|(_, r)| matches!(r, gpushare::protocol::Request::Release { .. }))
+        .filter(|(_, r)| {
+            matches!(
+                r,
+                gpushare::protocol::Request::Release { .. }
+                    | gpushare::protocol::Request::Renew { .. }
+            )
+        })
         .count();
     assert!(releases >= 2, "{seen:?}");
     // 60 ms of kernels, then at most 100 ms per lease end.
@@ -1227,4 +1244,66 @@ fn a_lost_daemon_leaves_processes_running_unmanaged() {
         "{stderr}"
     );
     assert_eq!(kernels(&log).len(), 60);
+}
+
+/// Two saturating processes attached as clients with requests 0.8 and 0.2 get GPU time in that
+/// proportion while both run (kernel time from the fake driver's log).
+#[test]
+fn requests_set_the_share_of_gpu_time() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start(
+        "[clients.big]\nrequest = 0.8\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.2\nusers = [\"{uid}\"]\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kernels.log");
+    let spawn = |client: &str| {
+        Run::new(Via::Dlsym)
+            .daemon(&d)
+            .log(&log)
+            .client(client)
+            .command(&["launch:1500:1000000"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut big = spawn("big");
+    let mut small = spawn("small");
+    let (pb, ps) = (big.id(), small.id());
+    assert!(big.wait().unwrap().success() && small.wait().unwrap().success());
+    let k = kernels(&log);
+    let span = |pid: u32| {
+        let mine: Vec<_> = k.iter().filter(|x| x.0 == pid).collect();
+        (
+            mine.iter().map(|x| x.1).min().unwrap(),
+            mine.iter().map(|x| x.2).max().unwrap(),
+        )
+    };
+    let (from, to) = {
+        let (b0, b1) = span(pb);
+        let (s0, s1) = span(ps);
+        (b0.max(s0), b1.min(s1))
+    };
+    let busy = |pid: u32| -> u64 {
+        k.iter()
+            .filter(|x| x.0 == pid)
+            .map(|x| x.2.min(to).saturating_sub(x.1.max(from)))
+            .sum()
+    };
+    let (b, s) = (busy(pb) as f64, busy(ps) as f64);
+    let share = b / (b + s);
+    eprintln!(
+        "big {b} ns, small {s} ns over {} ms: big's share {share:.3}",
+        (to - from) / 1_000_000
+    );
+    assert!(
+        to - from > 500_000_000,
+        "both ran together only {} ms",
+        (to - from) / 1_000_000
+    );
+    assert!(
+        (share - 0.8).abs() <= 0.08,
+        "big's share of GPU time is {share:.3}, want 0.8"
+    );
 }

@@ -57,14 +57,14 @@ hooked() { LD_PRELOAD="$hook" "$@"; }
   echo "# $(date -u +%FT%TZ) hook=$hook"
 } >>"$out"
 
-for round in 1 2 3; do
+for round in $(seq "${ROUNDS:-3}"); do
   "$work/launch_loop" "$launches" "plain.$round" | emit
   hooked "$work/launch_loop" "$launches" "hook.$round" | emit
 done
 # The hook without a daemon (passthrough) for comparison.
 GPUSHARE_SOCKET=$work/none.sock hooked "$work/launch_loop" "$launches" "hook-no-daemon" 2>/dev/null | emit
 
-for round in 1 2 3; do
+for round in $(seq "${ROUNDS:-3}"); do
   python3 "$here/torch_bench.py" add "$iters" "plain.$round" | emit
   hooked python3 "$here/torch_bench.py" add "$iters" "hook.$round" | emit
 done

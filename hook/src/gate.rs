@@ -88,7 +88,7 @@ fn renew(stream: Stream) {
             return;
         }
     }
-    if lease.holding {
+    let used = if lease.holding {
         // This thread may name its own per-thread stream, not another thread's.
         let mine = stream.handle() == Some(CU_STREAM_PER_THREAD as CUstream);
         let idle = wait_for_lease_work(lease.wait_limit(), |s| {
@@ -96,9 +96,15 @@ fn renew(stream: Stream) {
         });
         let gpu_ns = lease.end(now_ns(), idle);
         DEADLINE.store(0, Release);
-        session::release(gpu_ns);
-    }
-    match session::acquire() {
+        Some(gpu_ns)
+    } else {
+        None
+    };
+    let granted = match used {
+        Some(gpu_ns) => session::renew(gpu_ns),
+        None => session::acquire(),
+    };
+    match granted {
         Some(lease_ns) => {
             lease.grant(now_ns(), lease_ns);
             lease.context = current_context();

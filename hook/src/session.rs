@@ -217,6 +217,16 @@ pub fn acquire() -> Option<u64> {
     })
 }
 
+/// Gives the token back with the GPU time used and waits in line for the next lease, in one
+/// request, so the daemon weighs this process among the waiting ones; the lease length, or `None`
+/// when unmanaged.
+pub fn renew(gpu_ns: u64) -> Option<u64> {
+    with_link(|l| match l.call_untimed(&Request::Renew { gpu_ns })? {
+        Reply::Grant { lease_ns } => Ok(lease_ns),
+        r => Err(unexpected(r)),
+    })
+}
+
 /// Gives the token back with the GPU time used.
 pub fn release(gpu_ns: u64) {
     with_link(|l| l.send(&Request::Release { gpu_ns }));

@@ -2,14 +2,20 @@
 //! signals; the GPU side has logged it already.
 
 use super::dbus_api::{value, Manager, OBJECT_PATH};
+use super::state::State;
 use crate::config::UnattachedPolicy;
 use crate::gpu::{DeviceInfo, GpuEvent, MpsStatus};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::OwnedValue;
 
-pub async fn report(mut events: mpsc::UnboundedReceiver<GpuEvent>, bus: Option<zbus::Connection>) {
+pub async fn report(
+    mut events: mpsc::UnboundedReceiver<GpuEvent>,
+    bus: Option<zbus::Connection>,
+    state: Arc<Mutex<State>>,
+) {
     let emitter = bus
         .as_ref()
         .and_then(|c| SignalEmitter::new(c, OBJECT_PATH).ok());
@@ -20,7 +26,13 @@ pub async fn report(mut events: mpsc::UnboundedReceiver<GpuEvent>, bus: Option<z
                 let msg = format!("{reason}; restarting in {restart_in:?}");
                 signal_mps(&emitter, "died", &msg).await
             }
-            GpuEvent::MpsGaveUp { reason } => signal_mps(&emitter, "gave-up", reason).await,
+            GpuEvent::MpsGaveUp { reason } => {
+                // MPS stays off until the daemon restarts: new clients run without it rather than
+                // look for a server that will not come.
+                state.lock().unwrap_or_else(|p| p.into_inner()).mps_pipe_dir = None;
+                signal_mps(&emitter, "gave-up", reason).await
+            }
+
             GpuEvent::Unattached {
                 device,
                 pid,

@@ -118,7 +118,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         }
     };
 
-    tokio::spawn(gpu_events::report(gpu_rx, bus.clone()));
+    tokio::spawn(gpu_events::report(gpu_rx, bus.clone(), state.clone()));
     tokio::spawn(socket_server::serve(
         listener,
         state.clone(),

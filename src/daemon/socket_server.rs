@@ -189,6 +189,7 @@ async fn session_loop(
                             Request::Hello { .. } => return Err("second Hello".into()),
                             Request::Acquire => { st.acquire(session); None }
                             Request::Release { gpu_ns } => { st.release(session, gpu_ns); None }
+                            Request::Renew { gpu_ns } => { st.renew(session, gpu_ns); None }
                             Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
                             Request::Unreserve { bytes } => { st.unreserve(session, bytes); None }
                         }
