@@ -17,6 +17,7 @@ command -v dbus-daemon >/dev/null || missing+=(dbus)
 command -v busctl >/dev/null || missing+=(systemd)
 command -v gcc >/dev/null || missing+=(gcc)
 command -v setpriv >/dev/null || missing+=(util-linux)
+command -v man >/dev/null || missing+=(man-db)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"

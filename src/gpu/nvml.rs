@@ -48,13 +48,17 @@ pub fn compute_mode_name(mode: &ComputeMode) -> &'static str {
     }
 }
 
+/// The NVML library the driver installs.
+pub const SYSTEM_LIBRARY: &str = "libnvidia-ml.so.1";
+
 impl NvmlDevices {
     /// Loads NVML from `library`, else the system's `libnvidia-ml.so.1`.
     pub fn load(library: Option<&Path>) -> anyhow::Result<Nvml> {
         let mut builder = Nvml::builder();
-        if let Some(lib) = library {
-            builder.lib_path(lib.as_os_str());
-        }
+        // nvml-wrapper's own default is the unversioned name, which only the -dev package
+        // provides; the driver installs libnvidia-ml.so.1.
+        let default = std::ffi::OsStr::new(SYSTEM_LIBRARY);
+        builder.lib_path(library.map_or(default, |lib| lib.as_os_str()));
         builder.init().with_context(|| match library {
             Some(lib) => format!("cannot initialise NVML from {}", lib.display()),
             None => "cannot initialise NVML (libnvidia-ml.so.1)".into(),
