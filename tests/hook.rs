@@ -690,6 +690,8 @@ fn a_fork_child_attaches_on_its_own() {
         &format!("alloc:{}", 600 * MIB),
         &format!("fork:alloc:{}", 500 * MIB),
         &format!("fork:alloc:{}", 400 * MIB),
+        // the daemon notices the child's closed connection on its own time
+        "sleep:300",
         &format!("alloc:{}", 400 * MIB),
         "info",
     ]);
