@@ -3,36 +3,18 @@
 //! protocol, and the daemon's log on stderr.
 #![cfg(feature = "daemon")]
 
+mod common;
+
 use gpushare::protocol::{Reply, Request};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+
 use std::time::{Duration, Instant};
 
 const FAKE_CONTROL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/fake-mps-control");
-
-fn fake_nvml_build() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-nvml-daemon");
-        std::fs::create_dir_all(&out).unwrap();
-        let lib = out.join("libnvidia-ml.so.1");
-        let status = Command::new("gcc")
-            .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fakes/fake_nvml.c"
-            ))
-            .status()
-            .expect("gcc runs");
-        assert!(status.success(), "building the fake NVML failed");
-        lib
-    })
-}
 
 struct Daemon {
     dir: tempfile::TempDir,
@@ -44,7 +26,7 @@ impl Daemon {
     fn start(nvml_state: &str, gpu_extra: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
-        std::fs::copy(fake_nvml_build(), p.join("libnvidia-ml.so.1")).unwrap();
+        std::fs::copy(common::fake_nvml(), p.join("libnvidia-ml.so.1")).unwrap();
         std::fs::write(p.join("fake_nvml.state"), nvml_state).unwrap();
         let config = format!(
             "[gpu]\nnvml_library = {lib:?}\nmps = true\nmps_control = {FAKE_CONTROL:?}\n\

@@ -2,38 +2,19 @@
 //! built here with gcc) and a fake nvidia-cuda-mps-control (tests/fakes/fake-mps-control).
 #![cfg(feature = "daemon")]
 
+mod common;
+
 use gpushare::config::{GpuConfig, UnattachedPolicy};
 use gpushare::gpu::{GpuEvent, GpuManager, GpuOptions, MpsTiming};
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 const FAKE_CONTROL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/fake-mps-control");
-
-/// The fake NVML, compiled once per test run.
-fn fake_nvml_build() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-nvml");
-        std::fs::create_dir_all(&out).unwrap();
-        let lib = out.join("libnvidia-ml.so.1");
-        let status = Command::new("gcc")
-            .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fakes/fake_nvml.c"
-            ))
-            .status()
-            .expect("gcc runs");
-        assert!(status.success(), "building the fake NVML failed");
-        lib
-    })
-}
 
 /// One test's world: its own copy of the fake NVML (own globals, own state file next to it),
 /// MPS directories, and the events the manager sends.
@@ -47,7 +28,7 @@ struct Rig {
 impl Rig {
     fn new(state: &str) -> Rig {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::copy(fake_nvml_build(), dir.path().join("libnvidia-ml.so.1")).unwrap();
+        std::fs::copy(common::fake_nvml(), dir.path().join("libnvidia-ml.so.1")).unwrap();
         let rig = {
             let (tx, events) = mpsc::unbounded_channel();
             Rig {

@@ -291,3 +291,24 @@ pub fn stdout(o: &Output) -> String {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// The fake libnvidia-ml.so.1 (tests/fakes/fake_nvml.c), compiled once per test binary.
+pub fn fake_nvml() -> &'static Path {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-nvml");
+        std::fs::create_dir_all(&out).unwrap();
+        let lib = out.join("libnvidia-ml.so.1");
+        let status = Command::new("gcc")
+            .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fakes/fake_nvml.c"
+            ))
+            .status()
+            .expect("gcc runs");
+        assert!(status.success(), "building the fake NVML failed");
+        lib
+    })
+}
