@@ -12,10 +12,11 @@ p.add_argument("--phase", default="")
 p.add_argument("--until", type=float, required=True, help="absolute time.time() to stop at")
 p.add_argument("--size", type=int, default=4096)
 p.add_argument("--every", type=int, default=4)
+p.add_argument("--dtype", default="bfloat16")
 a = p.parse_args()
 
-x = torch.randn(a.size, a.size, device="cuda", dtype=torch.bfloat16)
-w = torch.randn(a.size, a.size, device="cuda", dtype=torch.bfloat16)
+x = torch.randn(a.size, a.size, device="cuda", dtype=getattr(torch, a.dtype))
+w = torch.randn(a.size, a.size, device="cuda", dtype=getattr(torch, a.dtype))
 torch.cuda.synchronize()
 samples = [(time.time(), 0)]
 n = 0
