@@ -27,10 +27,12 @@ run_jobs() { # MODE N [env...]: N jobs at once, each tagged with the mode
   local u; u=$(until_in $((span + 8)))
   local pids=()
   for i in $(seq "$n"); do
-    env "$@" python3 "$job" "$mode.$i" --phase "$mode.n$n" --until "$u" --size 1024 --dtype float32 --every 16 >>"$out" &
+    # each job writes its own file: lines this long interleave when appended at once
+    env "$@" python3 "$job" "$mode.$i" --phase "$mode.n$n" --until "$u" --size 1024 --dtype float32 --every 16 >"$work/job.$mode.$n.$i" &
     pids+=($!)
   done
   wait "${pids[@]}"
+  cat "$work"/job."$mode"."$n".* >>"$out"
 }
 
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader)" >>"$out"
