@@ -97,6 +97,8 @@ pub struct DaemonConfig {
     pub lease_grace: Duration,
     /// How long a new connection has to say hello.
     pub client_timeout: Duration,
+    /// How many leases may run at once (more than one makes sense under MPS).
+    pub concurrent_leases: usize,
     pub admin_groups: Vec<String>,
 }
 
@@ -147,6 +149,7 @@ struct FileDaemon {
     quantum: Option<String>,
     lease_grace: Option<String>,
     client_timeout: Option<String>,
+    concurrent_leases: Option<usize>,
     #[serde(default)]
     admin_groups: Vec<String>,
 }
@@ -302,6 +305,11 @@ impl Config {
                 Duration::from_secs(2),
                 "daemon.client_timeout",
             )?,
+            concurrent_leases: match d.concurrent_leases {
+                Some(0) => return Err("daemon.concurrent_leases: must be at least 1".into()),
+                Some(n) => n,
+                None => 1,
+            },
             admin_groups: d.admin_groups.clone(),
         };
         let g = &file.gpu;
@@ -450,6 +458,7 @@ mod tests {
         assert_eq!(c.daemon.quantum, Duration::from_millis(10));
         assert_eq!(c.daemon.client_timeout, Duration::from_secs(2));
         assert_eq!(c.daemon.lease_grace, Duration::from_millis(50));
+        assert_eq!(c.daemon.concurrent_leases, 1);
         assert!(!c.gpu.nvml && c.gpu.mps && c.gpu.set_compute_mode);
         assert_eq!(c.gpu.unattached, UnattachedPolicy::Kill);
         assert_eq!(c.gpu.mps_pipe_dir, PathBuf::from("/run/gpushare/mps"));
@@ -522,6 +531,7 @@ mod tests {
             ("[clients.\"a b\"]\n", "client name"),
             ("[daemon]\nquantum = \"20\"\n", "daemon.quantum"),
             ("[daemon]\nquantum = \"0ms\"\n", "longer than zero"),
+            ("[daemon]\nconcurrent_leases = 0\n", "at least 1"),
             (
                 "[clients.a]\nmps_thread_percentage = 0\n",
                 "mps_thread_percentage",

@@ -7,9 +7,15 @@
 //! to whoever waits: the scheduler is work-conserving. A *limit* is a token bucket refilled at
 //! `limit` nanoseconds per nanosecond: a client out of credit waits even when the GPU is idle.
 //!
-//! The daemon takes the token back when a lease ends, released or not, so a process that dies or
-//! hangs holds it for at most one quantum. A client is charged the wall time of its lease, or the
-//! GPU time its hook reports if that is larger (work queued during a lease may run past its end).
+//! The daemon takes the token back when a lease ends (plus a grace for queued work to drain),
+//! released or not, so a process that dies or hangs holds it for at most one quantum. A client is
+//! charged the wall time of its lease, or the GPU time its hook reports if that is larger (work
+//! queued during a lease may run past its end).
+//!
+//! With more than one *slot* (under MPS, where the kernels of several processes run together),
+//! up to that many leases run at once; leases that run together share the GPU, so each is charged
+//! its part of the time. Requests then decide who waits when more processes want the GPU than
+//! there are slots, and limits hold as before.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -74,13 +80,18 @@ struct Lease {
     client: ClientId,
     start: Nanos,
     end: Nanos,
+    /// GPU time owed so far: wall time, divided among the leases that ran at the same moment.
+    owed: f64,
 }
 
 /// What the scheduler remembers of a lease that ended without a release, to charge its overrun.
 #[derive(Debug, Clone, Copy)]
 struct Expired {
     client: ClientId,
-    charged: Nanos,
+    /// The lease's wall time, already charged (shared among the leases running with it).
+    wall: Nanos,
+    /// Leases that ran at once when it ended; work past its end is shared the same way.
+    together: u64,
 }
 
 /// Per-client figures for reports.
@@ -103,7 +114,13 @@ pub struct Scheduler {
     /// its release to arrive, before the token is taken back.
     grace: Nanos,
     clients: BTreeMap<ClientId, Client>,
-    holder: Option<Lease>,
+    /// The leases running now, at most `slots`.
+    holders: Vec<Lease>,
+    /// When `owed` of the running leases was last brought up to date.
+    owed_at: Nanos,
+    /// How many leases may run at once: 1 gives the GPU to one process at a time; more let the
+    /// kernels of several processes run together (under MPS).
+    slots: usize,
     expired: BTreeMap<SessionId, Expired>,
     /// Virtual clock: never behind the smallest virtual time of an active client.
     vclock: f64,
@@ -116,7 +133,9 @@ impl Scheduler {
             quantum: quantum.max(1),
             grace: 0,
             clients: BTreeMap::new(),
-            holder: None,
+            holders: Vec::new(),
+            owed_at: now,
+            slots: 1,
             expired: BTreeMap::new(),
             vclock: 0.0,
             started: now,
@@ -133,6 +152,26 @@ impl Scheduler {
 
     pub fn set_grace(&mut self, grace: Nanos) {
         self.grace = grace;
+    }
+
+    /// How many leases may run at once (at least one).
+    pub fn set_slots(&mut self, slots: usize) {
+        self.slots = slots.max(1);
+    }
+
+    /// Brings each running lease's `owed` up to `now`: the time since the last change, divided by
+    /// the number of leases that ran in it.
+    fn settle(&mut self, now: Nanos) {
+        let dt = now.saturating_sub(self.owed_at) as f64;
+        let n = self.holders.len().max(1) as f64;
+        for h in &mut self.holders {
+            h.owed += dt / n;
+        }
+        self.owed_at = now.max(self.owed_at);
+    }
+
+    fn holds(&self, client: ClientId) -> bool {
+        self.holders.iter().any(|h| h.client == client)
     }
 
     fn burst(&self) -> f64 {
@@ -169,9 +208,7 @@ impl Scheduler {
     /// Forgets a client; its waiting sessions are dropped and a lease it holds ends.
     pub fn remove_client(&mut self, id: ClientId) {
         self.clients.remove(&id);
-        if self.holder.is_some_and(|h| h.client == id) {
-            self.holder = None;
-        }
+        self.holders.retain(|h| h.client != id);
         self.expired.retain(|_, e| e.client != id);
     }
 
@@ -180,7 +217,7 @@ impl Scheduler {
     }
 
     fn is_active(&self, id: ClientId, c: &Client) -> bool {
-        !c.waiting.is_empty() || self.holder.is_some_and(|h| h.client == id)
+        !c.waiting.is_empty() || self.holds(id)
     }
 
     /// `session` of `client` asks for the token.
@@ -206,51 +243,59 @@ impl Scheduler {
 
     /// `session` gives the token back after `gpu_ns` of measured GPU time.
     pub fn release(&mut self, session: SessionId, gpu_ns: Nanos, now: Nanos) {
-        if let Some(h) = self.holder.filter(|h| h.session == session) {
-            self.holder = None;
+        if let Some(i) = self.holders.iter().position(|h| h.session == session) {
+            self.settle(now);
+            let together = self.holders.len() as u64;
+            let h = self.holders.swap_remove(i);
             let wall = now.saturating_sub(h.start);
+            // work the hook measured beyond the lease's wall time is shared like the rest
+            let overrun = gpu_ns.saturating_sub(wall) / together;
             if let Some(c) = self.clients.get_mut(&h.client) {
                 c.gpu_total += gpu_ns;
-                c.charge(wall.max(gpu_ns), now);
+                c.charge(h.owed.round() as Nanos + overrun, now);
             }
         } else if let Some(e) = self.expired.remove(&session) {
             // The lease ended before this release; charge work that ran past its end.
             if let Some(c) = self.clients.get_mut(&e.client) {
                 c.gpu_total += gpu_ns;
-                c.charge(gpu_ns.saturating_sub(e.charged), now);
+                c.charge(gpu_ns.saturating_sub(e.wall) / e.together, now);
             }
         }
     }
 
     /// A session closed: it stops waiting and loses the token if it had it.
     pub fn session_gone(&mut self, session: SessionId, now: Nanos) {
-        if self.holder.is_some_and(|h| h.session == session) {
-            self.release(session, 0, now);
-        }
+        self.release(session, 0, now);
         self.expired.remove(&session);
         for c in self.clients.values_mut() {
             c.waiting.retain(|s| *s != session);
         }
     }
 
-    /// Ends a lease that ran out and picks the next holder. Returns the grant to send, if any.
+    /// Ends the leases that ran out and, while a slot is free, picks the next holder. Returns
+    /// one grant to send, if any; call again until it returns `None`.
     pub fn poll(&mut self, now: Nanos) -> Option<Grant> {
-        if let Some(h) = self.holder {
-            if now < h.end + self.grace {
-                return None;
-            }
-            self.holder = None;
-            let charged = h.end + self.grace - h.start;
+        let grace = self.grace;
+        self.settle(now);
+        let together = self.holders.len().max(1) as u64;
+        let (over, running): (Vec<Lease>, Vec<Lease>) =
+            self.holders.iter().partition(|h| now >= h.end + grace);
+        self.holders = running;
+        for h in over {
             if let Some(c) = self.clients.get_mut(&h.client) {
-                c.charge(charged, now);
+                c.charge(h.owed.round() as Nanos, now);
             }
             self.expired.insert(
                 h.session,
                 Expired {
                     client: h.client,
-                    charged,
+                    wall: now - h.start,
+                    together,
                 },
             );
+        }
+        if self.holders.len() >= self.slots {
+            return None;
         }
         self.prune_usage(now);
         let burst = self.burst();
@@ -278,11 +323,12 @@ impl Scheduler {
         let session = c.waiting.pop_front()?;
         c.grants += 1;
         self.expired.remove(&session);
-        self.holder = Some(Lease {
+        self.holders.push(Lease {
             session,
             client: id,
             start: now,
             end: now + quantum,
+            owed: 0.0,
         });
         Some(Grant {
             session,
@@ -293,10 +339,10 @@ impl Scheduler {
 
     /// When `poll` next has something to do, if nothing else happens before.
     pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
-        if let Some(h) = self.holder {
-            return Some(h.end + self.grace);
+        let mut earliest: Option<Nanos> = self.holders.iter().map(|h| h.end + self.grace).min();
+        if self.holders.len() >= self.slots {
+            return earliest;
         }
-        let mut earliest: Option<Nanos> = None;
         for c in self.clients.values().filter(|c| !c.waiting.is_empty()) {
             let dt = now.saturating_sub(c.credit_at) as f64;
             let credit = (c.credit + dt * c.shares.limit).min(self.burst());
@@ -319,8 +365,13 @@ impl Scheduler {
         }
     }
 
+    /// The first running lease (the only one with one slot).
     pub fn holder(&self) -> Option<(ClientId, SessionId)> {
-        self.holder.map(|h| (h.client, h.session))
+        self.holders.first().map(|h| (h.client, h.session))
+    }
+
+    pub fn holder_count(&self) -> usize {
+        self.holders.len()
     }
 
     pub fn usage(&self, id: ClientId, now: Nanos) -> Option<Usage> {
@@ -339,7 +390,7 @@ impl Scheduler {
             gpu_total: c.gpu_total,
             grants: c.grants,
             waiting: c.waiting.len(),
-            holding: self.holder.is_some_and(|h| h.client == id),
+            holding: self.holds(id),
         })
     }
 }
@@ -589,6 +640,105 @@ mod tests {
         assert_eq!(s.poll(48 * MS).unwrap().session, 10);
         s.acquire(2, 20, 48 * MS);
         assert_eq!(s.usage(2, 48 * MS).unwrap().charged_total, 25 * MS);
+    }
+
+    /// Several slots, stepped in 1 ms: each session renews at the end of its lease. Returns each
+    /// client's held time as a fraction of `span`, and the most leases seen at once.
+    fn run_slots(
+        s: &mut Scheduler,
+        sessions: &[(ClientId, SessionId)],
+        span: Nanos,
+    ) -> (BTreeMap<ClientId, f64>, usize) {
+        let mut leases: Vec<(ClientId, SessionId, Nanos)> = vec![];
+        let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
+        let mut most = 0;
+        for &(c, sid) in sessions {
+            s.acquire(c, sid, 0);
+        }
+        let mut t = 0;
+        while t < span {
+            leases.retain(|&(c, sid, end)| {
+                if end <= t {
+                    s.release(sid, 0, t);
+                    s.acquire(c, sid, t);
+                    false
+                } else {
+                    true
+                }
+            });
+            while let Some(g) = s.poll(t) {
+                leases.push((g.client, g.session, t + g.lease_ns));
+                *held.entry(g.client).or_default() += g.lease_ns;
+            }
+            most = most.max(leases.len());
+            t += MS;
+        }
+        (
+            held.into_iter()
+                .map(|(c, ns)| (c, ns as f64 / span as f64))
+                .collect(),
+            most,
+        )
+    }
+
+    #[test]
+    fn slots_bound_how_many_hold_at_once_and_share_fairly() {
+        let mut s = Scheduler::new(20 * MS, 0);
+        s.set_slots(2);
+        for c in 1..=3 {
+            s.set_client(
+                c,
+                Shares {
+                    request: 1.0 / 3.0,
+                    limit: 1.0,
+                },
+                0,
+            );
+        }
+        let (shares, most) = run_slots(&mut s, &[(1, 10), (2, 20), (3, 30)], 30 * S);
+        assert_eq!(most, 2, "never more leases than slots");
+        for c in 1..=3 {
+            assert_near(
+                shares[&c],
+                2.0 / 3.0,
+                0.02,
+                "each of three clients in two slots",
+            );
+        }
+    }
+
+    #[test]
+    fn enough_slots_let_everyone_run_at_once_within_their_limits() {
+        let mut s = Scheduler::new(20 * MS, 0);
+        s.set_slots(4);
+        s.set_client(
+            1,
+            Shares {
+                request: 0.5,
+                limit: 1.0,
+            },
+            0,
+        );
+        s.set_client(
+            2,
+            Shares {
+                request: 0.2,
+                limit: 0.3,
+            },
+            0,
+        );
+        // two processes of one client hold a lease each
+        let (shares, most) = run_slots(&mut s, &[(1, 10), (1, 11), (2, 20)], 30 * S);
+        assert_eq!(most, 3);
+        assert_near(shares[&1], 2.0, 0.02, "two sessions, each always holding");
+        // leases that run together share the GPU: each is charged its part of the time
+        let used = s.usage(2, 30 * S).unwrap().share;
+        assert_near(used, 0.3, 0.02, "the limit holds with free slots");
+        assert!(
+            shares[&2] > 0.5,
+            "client 2 held {} of the time, running beside the others",
+            shares[&2]
+        );
     }
 
     #[test]

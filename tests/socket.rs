@@ -246,3 +246,38 @@ fn memory_is_counted_per_client_and_freed_when_a_process_dies() {
         p2.recv() == Some(Reply::Reserved { used: 0 })
     });
 }
+
+#[test]
+fn concurrent_leases_let_that_many_processes_hold_at_once() {
+    let d = Daemon::start(
+        "[daemon]\nquantum = \"500ms\"\nconcurrent_leases = 2\n[clients.a]\nusers = [\"*\"]\n",
+        None,
+    );
+    let mut conns: Vec<Conn> = (0..3).map(|_| d.connect()).collect();
+    for c in &mut conns {
+        c.hello("a");
+        c.send(&Request::Acquire);
+    }
+    let granted: Vec<bool> = conns
+        .iter_mut()
+        .map(|c| {
+            matches!(
+                c.recv_within(Duration::from_millis(200)),
+                Some(Reply::Grant { .. })
+            )
+        })
+        .collect();
+    assert_eq!(
+        granted.iter().filter(|g| **g).count(),
+        2,
+        "two slots: {granted:?}"
+    );
+    // the third gets its lease as soon as one holder gives its back
+    let waiting = granted.iter().position(|g| !g).unwrap();
+    let holder = granted.iter().position(|g| *g).unwrap();
+    conns[holder].send(&Request::Release { gpu_ns: 0 });
+    assert!(matches!(
+        conns[waiting].recv_within(Duration::from_millis(200)),
+        Some(Reply::Grant { .. })
+    ));
+}

@@ -123,6 +123,7 @@ impl State {
         let origin = Instant::now();
         let mut sched = Scheduler::new(config.daemon.quantum.as_nanos() as Nanos, 0);
         sched.set_grace(config.daemon.lease_grace.as_nanos() as Nanos);
+        sched.set_slots(config.daemon.concurrent_leases);
         let mut s = State {
             config,
             config_error: None,
@@ -364,11 +365,10 @@ impl State {
                 })
                 .is_ok()
             });
-            if delivered {
-                break;
+            if !delivered {
+                // The session is closing: take the token back at once and pick again.
+                self.sched.session_gone(g.session, now);
             }
-            // The session is closing: take the token back at once and pick again.
-            self.sched.session_gone(g.session, now);
         }
         self.sched.next_wakeup(now)
     }
@@ -626,6 +626,9 @@ impl State {
         }
         self.sched
             .set_quantum(new.daemon.quantum.as_nanos() as Nanos);
+        self.sched
+            .set_grace(new.daemon.lease_grace.as_nanos() as Nanos);
+        self.sched.set_slots(new.daemon.concurrent_leases);
         self.config = new;
         self.dispatch();
     }
