@@ -1,6 +1,7 @@
 #!/bin/bash
 # Aggregate throughput of N concurrent medium jobs (1024x1024 fp32 matmul loops, PyTorch) under
-# the driver's default time-slicing, plain MPS, and gpushare (with and without MPS), side by side
+# the driver's default time-slicing, plain MPS, and gpushare (without MPS, with MPS and one lease
+# at a time, with MPS and as many concurrent leases as jobs), side by side
 # in one run:   bench/throughput/run.sh [OUTPUT_DIR]     (run as root)
 # Total work per second = the sum of the jobs' rates over the window where all run. Needs
 # python3 with torch and the MPS binaries (MPS_BIN, default /usr/local/nvidia/bin); gpushared and
@@ -49,8 +50,10 @@ echo quit | PATH=$mps_bin:$PATH nvidia-cuda-mps-control
 sleep 2
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 
-start_gpushared() { # MPS(true|false)
+start_gpushared() { # MPS(true|false) CONCURRENT_LEASES
   cat >"$work/gpushare.toml" <<TOML
+[daemon]
+concurrent_leases = ${2:-1}
 [gpu]
 nvml = false
 set_compute_mode = false
@@ -74,6 +77,12 @@ stop_gpushared
 start_gpushared true
 for n in $counts; do run_jobs gpushare_mps "$n" LD_PRELOAD="$target/libgpushare.so" GPUSHARE_SOCKET="$work/run/gpushare.sock"; done
 stop_gpushared
+# under MPS with as many concurrent leases as jobs
+for n in $counts; do
+  start_gpushared true "$n"
+  run_jobs gpushare_mps_concurrent "$n" LD_PRELOAD="$target/libgpushare.so" GPUSHARE_SOCKET="$work/run/gpushare.sock"
+  stop_gpushared
+done
 
 python3 - "$out" <<'PY' | tee "$outdir/throughput_summary.json"
 import json, sys
