@@ -37,7 +37,7 @@ run_jobs() { # MODE N [env...]: N jobs at once, each tagged with the mode
 }
 
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader)" >>"$out"
-python3 "$job" ref --phase solo --until "$(until_in 8)" --size 1024 --dtype float32 --every 16 >>"$out"
+python3 "$job" ref --phase solo --until "$(until_in 16)" --size 1024 --dtype float32 --every 16 >>"$out"
 for n in $counts; do run_jobs timeslice "$n"; done
 
 # plain MPS with its own pipe directory
@@ -86,7 +86,6 @@ done
 
 python3 - "$out" <<'PY' | tee "$outdir/throughput_summary.json"
 import json, sys
-sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(sys.argv[1])))
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def rate(s, t0, t1):
     x = [(t, n) for t, n in s if t0 <= t <= t1]
@@ -101,9 +100,10 @@ for phase in sorted({r["phase"] for r in rows} - {"solo"}):
     total = sum(rate(r["samples"], t0, t1) for r in rs)
     out[phase] = {"jobs": len(rs), "total_rate": total, "vs_solo": total / solo_rate}
 for n in sorted({v["jobs"] for k, v in out.items() if isinstance(v, dict)}):
-    base = out.get(f"timeslice.n{n}", {}).get("total_rate")
-    for k, v in out.items():
-        if isinstance(v, dict) and v["jobs"] == n and base:
-            v["vs_timeslice"] = v["total_rate"] / base
+    for ref in ("timeslice", "mps"):
+        base = out.get(f"{ref}.n{n}", {}).get("total_rate")
+        for k, v in out.items():
+            if isinstance(v, dict) and v["jobs"] == n and base:
+                v[f"vs_{ref}"] = v["total_rate"] / base
 print(json.dumps(out, indent=1))
 PY
