@@ -49,6 +49,10 @@ pub enum Request {
     /// the scheduler weighs this process among the waiting ones when it hands the token on.
     /// Answered by [`Reply::Grant`].
     Renew { gpu_ns: u64 },
+    /// At the end of a lease, keep the token for another lease without first waiting for the
+    /// work queued in this one, if nobody else waits for it. Answered by [`Reply::Grant`] or
+    /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`).
+    Extend,
 }
 
 /// What the daemon answers.
@@ -74,6 +78,8 @@ pub enum Reply {
     Reserved { used: u64 },
     /// The reservation would pass the cap; nothing was counted.
     OverCap { used: u64, cap: u64 },
+    /// Others wait for the token: the lease was not extended.
+    NotExtended,
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
@@ -264,13 +270,14 @@ impl Request {
             Request::Reserve { .. } => 4,
             Request::Unreserve { .. } => 5,
             Request::Renew { .. } => 6,
+            Request::Extend => 7,
         });
         match self {
             Request::Hello { version, client } => {
                 f.u32(*version);
                 f.str(client);
             }
-            Request::Acquire => {}
+            Request::Acquire | Request::Extend => {}
             Request::Release { gpu_ns } | Request::Renew { gpu_ns } => f.u64(*gpu_ns),
             Request::Reserve { bytes } | Request::Unreserve { bytes } => f.u64(*bytes),
         }
@@ -299,6 +306,7 @@ impl Request {
             4 => Request::Reserve { bytes: r.u64()? },
             5 => Request::Unreserve { bytes: r.u64()? },
             6 => Request::Renew { gpu_ns: r.u64()? },
+            7 => Request::Extend,
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -314,6 +322,7 @@ impl Reply {
             Reply::Reserved { .. } => 3,
             Reply::OverCap { .. } => 4,
             Reply::Error { .. } => 5,
+            Reply::NotExtended => 6,
         });
         match self {
             Reply::Welcome {
@@ -341,6 +350,7 @@ impl Reply {
                 f.u32(code.to_u32());
                 f.str(message);
             }
+            Reply::NotExtended => {}
         }
         f.finish()
     }
@@ -368,6 +378,7 @@ impl Reply {
                 used: r.u64()?,
                 cap: r.u64()?,
             },
+            6 => Reply::NotExtended,
             5 => Reply::Error {
                 code: ErrorCode::from_u32(r.u32()?),
                 message: r.str()?,
@@ -406,6 +417,7 @@ mod tests {
             Request::Reserve { bytes: 8 << 30 },
             Request::Unreserve { bytes: u64::MAX },
             Request::Renew { gpu_ns: 20_000_000 },
+            Request::Extend,
         ] {
             let f = r.to_frame().unwrap();
             assert_eq!(Request::decode(payload(&f)).unwrap(), r);
@@ -424,6 +436,7 @@ mod tests {
                 mps_pinned_mem_limit: 4 << 30,
             },
             Reply::Grant { lease_ns: 5 },
+            Reply::NotExtended,
             Reply::Reserved { used: 1 },
             Reply::OverCap { used: 2, cap: 3 },
             Reply::Error {

@@ -263,6 +263,38 @@ impl Scheduler {
         }
     }
 
+    /// `session`, holding a lease, asks for the next one at once. Granted (the lease restarts now,
+    /// what ran so far is charged) when no other session waits and the client's limit allows it;
+    /// the lease length, or `None` when it must give the token back as usual.
+    pub fn extend(&mut self, session: SessionId, now: Nanos) -> Option<Nanos> {
+        let i = self.holders.iter().position(|h| h.session == session)?;
+        if self.clients.values().any(|c| !c.waiting.is_empty()) {
+            return None;
+        }
+        self.settle(now);
+        let burst = self.burst();
+        let quantum = self.quantum;
+        let h = &mut self.holders[i];
+        let c = self.clients.get_mut(&h.client)?;
+        c.charge(h.owed.round() as Nanos, now);
+        c.refill(now, burst);
+        if c.credit <= 0.0 {
+            // over its limit: the lease ends as usual and the client waits for credit
+            h.owed = 0.0;
+            h.end = h.start;
+            return None;
+        }
+        c.grants += 1;
+        *h = Lease {
+            session,
+            client: h.client,
+            start: now,
+            end: now + quantum,
+            owed: 0.0,
+        };
+        Some(quantum)
+    }
+
     /// A session closed: it stops waiting and loses the token if it had it.
     pub fn session_gone(&mut self, session: SessionId, now: Nanos) {
         self.release(session, 0, now);
@@ -738,6 +770,60 @@ mod tests {
             shares[&2] > 0.5,
             "client 2 held {} of the time, running beside the others",
             shares[&2]
+        );
+    }
+
+    #[test]
+    fn an_uncontended_holder_extends_its_lease_and_a_contended_one_does_not() {
+        let mut s = Scheduler::new(20 * MS, 0);
+        s.set_client(
+            1,
+            Shares {
+                request: 0.5,
+                limit: 1.0,
+            },
+            0,
+        );
+        s.set_client(
+            2,
+            Shares {
+                request: 0.5,
+                limit: 1.0,
+            },
+            0,
+        );
+        s.acquire(1, 10, 0);
+        assert_eq!(s.poll(0).unwrap().session, 10);
+        assert_eq!(s.extend(10, 20 * MS), Some(20 * MS), "nobody waits");
+        assert_eq!(s.usage(1, 20 * MS).unwrap().charged_total, 20 * MS);
+        assert_eq!(s.poll(30 * MS), None, "the extended lease runs to 40 ms");
+        assert_eq!(s.extend(20, 30 * MS), None, "only a holder extends");
+        s.acquire(2, 20, 35 * MS);
+        assert_eq!(s.extend(10, 40 * MS), None, "someone waits");
+    }
+
+    #[test]
+    fn extending_does_not_pass_a_limit() {
+        let mut s = Scheduler::new(20 * MS, 0);
+        s.set_client(
+            1,
+            Shares {
+                request: 0.1,
+                limit: 0.5,
+            },
+            0,
+        );
+        s.acquire(1, 10, 0);
+        assert!(s.poll(0).is_some());
+        let mut t = 20 * MS;
+        let mut extended = 0;
+        while s.extend(10, t) == Some(20 * MS) {
+            extended += 1;
+            t += 20 * MS;
+        }
+        assert!(
+            extended <= 1,
+            "a client limited to half the GPU extended {extended} times in a row"
         );
     }
 

@@ -821,6 +821,8 @@ fn recording_daemon_with_mps(
                     lease_ns: 20_000_000,
                 }),
                 Request::Reserve { .. } => Some(Reply::Reserved { used: 0 }),
+                // as if others waited: the hook drains and renews
+                Request::Extend => Some(Reply::NotExtended),
                 _ => None,
             };
             seen.push((start.elapsed(), req));
@@ -930,6 +932,7 @@ fn threads_share_one_token_and_one_conversation() {
                 assert!(!expect_acquire, "Renew without a lease: {seen:?}");
                 acquires += 1;
             }
+            Request::Extend => assert!(!expect_acquire, "Extend without a lease: {seen:?}"),
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -281,3 +281,43 @@ fn concurrent_leases_let_that_many_processes_hold_at_once() {
         Some(Reply::Grant { .. })
     ));
 }
+
+#[test]
+fn a_lease_is_extended_only_while_nobody_waits() {
+    let d = Daemon::start(
+        "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n",
+        None,
+    );
+    let mut a = d.connect();
+    let mut b = d.connect();
+    a.hello("a");
+    b.hello("b");
+    b.send(&Request::Extend);
+    assert_eq!(
+        b.recv(),
+        Some(Reply::NotExtended),
+        "no lease, nothing to extend"
+    );
+    a.send(&Request::Acquire);
+    assert!(matches!(a.recv(), Some(Reply::Grant { .. })));
+    a.send(&Request::Extend);
+    assert_eq!(
+        a.recv(),
+        Some(Reply::Grant {
+            lease_ns: 300_000_000
+        }),
+        "alone: extended"
+    );
+    b.send(&Request::Acquire);
+    assert_eq!(b.recv_within(Duration::from_millis(50)), None);
+    a.send(&Request::Extend);
+    assert_eq!(a.recv(), Some(Reply::NotExtended), "b waits");
+    a.send(&Request::Renew { gpu_ns: 0 });
+    assert!(
+        matches!(
+            b.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ),
+        "the token moves on"
+    );
+}

@@ -1,9 +1,10 @@
 //! The token gate: a launch proceeds while this process's lease runs.
 //!
 //! Fast path (every launch): one clock read and a compare against an atomic deadline. When the
-//! lease has run out, one thread (under the gate lock) waits for the work launched during the
-//! lease, reports the GPU time to the daemon, and blocks until the next grant; the other
-//! launching threads of the process wait on the lock, since they share the token.
+//! lease has run out, one thread (under the gate lock) first asks to extend it, which the daemon
+//! grants when nobody else waits; otherwise it waits for the work launched during the lease,
+//! reports the GPU time to the daemon, and blocks until the next grant. The other launching
+//! threads of the process wait on the lock, since they share the token.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -85,6 +86,18 @@ fn renew(stream: Stream) {
     if let Some(h) = stream.handle() {
         if capturing(h) {
             // Work captured into a graph runs later, when the graph is launched (gated then).
+            return;
+        }
+    }
+    if lease.holding {
+        // Nobody waits behind this process: carry on without draining its queue, which would
+        // leave the GPU idle until the queue fills again.
+        if let Some(lease_ns) = session::extend() {
+            let context = lease.context;
+            lease.grant(now_ns(), lease_ns);
+            lease.context = context;
+            DEADLINE.store(fast_deadline(lease_ns), Release);
+            wake_watcher();
             return;
         }
     }

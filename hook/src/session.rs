@@ -227,6 +227,17 @@ pub fn renew(gpu_ns: u64) -> Option<u64> {
     })
 }
 
+/// Asks to keep the token for another lease without draining first; the lease length when
+/// nobody else waits, `None` otherwise (or when unmanaged).
+pub fn extend() -> Option<u64> {
+    with_link(|l| match l.call(&Request::Extend)? {
+        Reply::Grant { lease_ns } => Ok(Some(lease_ns)),
+        Reply::NotExtended => Ok(None),
+        r => Err(unexpected(r)),
+    })
+    .flatten()
+}
+
 /// Gives the token back with the GPU time used.
 pub fn release(gpu_ns: u64) {
     with_link(|l| l.send(&Request::Release { gpu_ns }));

@@ -191,6 +191,7 @@ async fn session_loop(
                             Request::Release { gpu_ns } => { st.release(session, gpu_ns); None }
                             Request::Renew { gpu_ns } => { st.renew(session, gpu_ns); None }
                             Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
+                            Request::Extend => Some(st.extend(session)),
                             Request::Unreserve { bytes } => { st.unreserve(session, bytes); None }
                         }
                     };

@@ -303,6 +303,17 @@ impl State {
         }
     }
 
+    /// Another lease at once for a holder nobody waits behind; `NotExtended` otherwise.
+    pub fn extend(&mut self, session: SessionId) -> Reply {
+        let now = self.now();
+        let reply = match self.sched.extend(session, now) {
+            Some(lease_ns) => Reply::Grant { lease_ns },
+            None => Reply::NotExtended,
+        };
+        self.dispatch();
+        reply
+    }
+
     /// Release and acquire in one step: the session waits in line before the token moves on.
     pub fn renew(&mut self, session: SessionId, gpu_ns: u64) {
         let now = self.now();
