@@ -206,7 +206,9 @@ impl Scheduler {
     }
 
     /// Forgets a client; its waiting sessions are dropped and a lease it holds ends.
-    pub fn remove_client(&mut self, id: ClientId) {
+    pub fn remove_client(&mut self, id: ClientId, now: Nanos) {
+        // the others' shares of the time so far counted this client's leases too
+        self.settle(now);
         self.clients.remove(&id);
         self.holders.retain(|h| h.client != id);
         self.expired.retain(|_, e| e.client != id);
@@ -887,7 +889,7 @@ mod tests {
         );
         s.acquire(1, 10, 0);
         assert!(s.poll(0).is_some());
-        s.remove_client(1);
+        s.remove_client(1, 0);
         assert_eq!(s.holder(), None);
         s.acquire(1, 10, 0); // unknown client: ignored
         assert_eq!(s.poll(0), None);

@@ -180,7 +180,8 @@ impl State {
 
     fn remove_client(&mut self, name: &str) {
         if let Some(c) = self.clients.remove(name) {
-            self.sched.remove_client(c.id);
+            let now = self.now();
+            self.sched.remove_client(c.id, now);
         }
     }
 
