@@ -115,7 +115,7 @@ impl Manager {
         }
         let admin_groups = self.lock().config.daemon.admin_groups.clone();
         if !admin_groups.is_empty() {
-            let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, u32::MAX))
+            let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, None))
                 .await
                 .map_err(|e| Error::Failed(e.to_string()))?;
             if who.in_any_group(&admin_groups) {

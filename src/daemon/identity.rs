@@ -8,7 +8,6 @@ use std::ffi::CString;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub uid: u32,
-    pub gid: u32,
     pub user: String,
     /// Names of the user's groups (primary and supplementary); gids without a name as numbers.
     pub groups: Vec<String>,
@@ -16,17 +15,18 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// Looks up `uid` in the user database. Blocking (NSS): call from a blocking context.
-    pub fn lookup(uid: u32, gid: u32) -> Identity {
+    /// Looks up `uid` in the user database, with `peer_gid` (the kernel's word for a socket
+    /// peer) among its groups. Blocking (NSS): call from a blocking context.
+    pub fn lookup(uid: u32, peer_gid: Option<u32>) -> Identity {
         let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
         let name = user
             .as_ref()
             .map_or_else(|| uid.to_string(), |u| u.name.clone());
-        let primary = user.as_ref().map_or(Gid::from_raw(gid), |u| u.gid);
-        let mut gids: Vec<u32> = vec![gid];
+        let mut gids: Vec<u32> = peer_gid.into_iter().collect();
         if let Some(u) = &user {
+            gids.push(u.gid.as_raw());
             if let Ok(cname) = CString::new(u.name.clone()) {
-                if let Ok(list) = getgrouplist(&cname, primary) {
+                if let Ok(list) = getgrouplist(&cname, u.gid) {
                     gids.extend(list.into_iter().map(Gid::as_raw));
                 }
             }
@@ -44,7 +44,6 @@ impl Identity {
             .collect();
         Identity {
             uid,
-            gid,
             user: name,
             groups,
             gids,
@@ -79,7 +78,6 @@ mod tests {
     fn alice() -> Identity {
         Identity {
             uid: 1000,
-            gid: 1000,
             user: "alice".into(),
             groups: vec!["alice".into(), "ml".into()],
             gids: vec![1000, 2000],
@@ -105,7 +103,6 @@ mod tests {
         assert!(!a.may_attach(&access(&[], &[])));
         let root = Identity {
             uid: 0,
-            gid: 0,
             user: "root".into(),
             groups: vec![],
             gids: vec![],
@@ -115,7 +112,7 @@ mod tests {
 
     #[test]
     fn lookup_of_root_finds_its_name_and_group() {
-        let r = Identity::lookup(0, 0);
+        let r = Identity::lookup(0, None);
         assert_eq!(r.user, "root");
         assert!(r.gids.contains(&0));
     }

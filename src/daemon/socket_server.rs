@@ -125,7 +125,7 @@ async fn handle(
             .await;
         }
     };
-    let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, gid))
+    let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, Some(gid)))
         .await
         .map_err(|e| e.to_string())?;
     let (tx, mut rx) = mpsc::unbounded_channel();

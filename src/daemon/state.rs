@@ -676,7 +676,6 @@ mod tests {
     fn user(uid: u32, name: &str) -> Identity {
         Identity {
             uid,
-            gid: uid,
             user: name.into(),
             groups: vec![name.into()],
             gids: vec![uid],
