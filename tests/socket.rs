@@ -321,3 +321,22 @@ fn a_lease_is_extended_only_while_nobody_waits() {
         "the token moves on"
     );
 }
+
+#[test]
+fn requests_sent_together_with_the_hello_are_served() {
+    let d = Daemon::start("[clients.a]\nmemory = 1000\nusers = [\"*\"]\n", None);
+    let mut c = d.connect();
+    let mut bytes = Request::Hello {
+        version: gpushare::protocol::PROTOCOL_VERSION,
+        client: "a".into(),
+    }
+    .to_frame()
+    .unwrap();
+    bytes.extend(Request::Reserve { bytes: 10 }.to_frame().unwrap());
+    c.0.write_all(&bytes).unwrap();
+    assert!(matches!(c.recv(), Some(Reply::Welcome { .. })));
+    assert_eq!(
+        c.recv_within(Duration::from_secs(2)),
+        Some(Reply::Reserved { used: 10 })
+    );
+}

@@ -59,22 +59,22 @@ pub async fn serve(
     }
 }
 
-async fn read_request(stream: &mut UnixStream) -> Result<Option<Request>, String> {
-    let mut header = [0u8; 4];
-    match stream.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+/// Reads until one whole request is in `pending` and takes it; `None` at the end of the stream.
+async fn read_request(
+    stream: &mut UnixStream,
+    pending: &mut Vec<u8>,
+) -> Result<Option<Request>, String> {
+    loop {
+        if let Some(request) = take_request(pending)? {
+            return Ok(Some(request));
+        }
+        match stream.read_buf(pending).await {
+            Ok(0) if pending.is_empty() => return Ok(None),
+            Ok(0) => return Err("truncated message".into()),
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
+        }
     }
-    let n = frame_len(header).map_err(|e| e.to_string())?;
-    let mut payload = vec![0u8; n];
-    stream
-        .read_exact(&mut payload)
-        .await
-        .map_err(|e| format!("truncated message: {e}"))?;
-    Request::decode(&payload)
-        .map(Some)
-        .map_err(|e| e.to_string())
 }
 
 async fn write_reply(stream: &mut UnixStream, reply: &Reply) -> Result<(), String> {
@@ -105,10 +105,12 @@ async fn handle(
 ) -> Result<(), String> {
     let cred = getsockopt(&stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     let (pid, uid, gid) = (cred.pid() as u32, cred.uid(), cred.gid());
-    let hello = match tokio::time::timeout(hello_timeout, read_request(&mut stream)).await {
-        Err(_) => return Err(format!("pid {pid} sent no hello in time")),
-        Ok(r) => r?,
-    };
+    let mut pending: Vec<u8> = Vec::with_capacity(64);
+    let hello =
+        match tokio::time::timeout(hello_timeout, read_request(&mut stream, &mut pending)).await {
+            Err(_) => return Err(format!("pid {pid} sent no hello in time")),
+            Ok(r) => r?,
+        };
     let client = match hello {
         None => return Ok(()),
         Some(Request::Hello { version, .. }) if version != PROTOCOL_VERSION => {
@@ -148,7 +150,16 @@ async fn handle(
         }
     };
     tracing::info!(pid, uid, user = %who.user, client = %client, session, "process attached");
-    let result = session_loop(&mut stream, &state, &wake, session, welcome, &mut rx).await;
+    let result = session_loop(
+        &mut stream,
+        &state,
+        &wake,
+        session,
+        welcome,
+        &mut rx,
+        &mut pending,
+    )
+    .await;
     state
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -158,6 +169,7 @@ async fn handle(
     result
 }
 
+/// Serves an attached session. `pending` holds bytes already read past the Hello.
 async fn session_loop(
     stream: &mut UnixStream,
     state: &Arc<Mutex<State>>,
@@ -165,40 +177,52 @@ async fn session_loop(
     session: u64,
     welcome: Reply,
     rx: &mut mpsc::UnboundedReceiver<Reply>,
+    pending: &mut Vec<u8>,
 ) -> Result<(), String> {
     write_reply(stream, &welcome).await?;
-    // Bytes received but not yet decoded; `read_buf` is cancel-safe, so a reply leaving in the
-    // other branch never loses part of a request.
-    let mut pending: Vec<u8> = Vec::with_capacity(64);
     loop {
+        while let Some(request) = take_request(pending)? {
+            let reply = {
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                match request {
+                    Request::Hello { .. } => return Err("second Hello".into()),
+                    Request::Acquire => {
+                        st.acquire(session);
+                        None
+                    }
+                    Request::Release { gpu_ns } => {
+                        st.release(session, gpu_ns);
+                        None
+                    }
+                    Request::Renew { gpu_ns } => {
+                        st.renew(session, gpu_ns);
+                        None
+                    }
+                    Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
+                    Request::Extend => Some(st.extend(session)),
+                    Request::Unreserve { bytes } => {
+                        st.unreserve(session, bytes);
+                        None
+                    }
+                }
+            };
+            wake.notify_one();
+            if let Some(reply) = reply {
+                write_reply(stream, &reply).await?;
+            }
+        }
+        // `read_buf` is cancel-safe: a reply leaving in the other branch never loses part of a
+        // request.
         tokio::select! {
             reply = rx.recv() => {
                 let Some(reply) = reply else { return Ok(()) };
                 write_reply(stream, &reply).await?;
             }
-            read = stream.read_buf(&mut pending) => {
+            read = stream.read_buf(pending) => {
                 match read {
                     Ok(0) => return Ok(()),
                     Ok(_) => {}
                     Err(e) => return Err(e.to_string()),
-                }
-                while let Some(request) = take_request(&mut pending)? {
-                    let reply = {
-                        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-                        match request {
-                            Request::Hello { .. } => return Err("second Hello".into()),
-                            Request::Acquire => { st.acquire(session); None }
-                            Request::Release { gpu_ns } => { st.release(session, gpu_ns); None }
-                            Request::Renew { gpu_ns } => { st.renew(session, gpu_ns); None }
-                            Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
-                            Request::Extend => Some(st.extend(session)),
-                            Request::Unreserve { bytes } => { st.unreserve(session, bytes); None }
-                        }
-                    };
-                    wake.notify_one();
-                    if let Some(reply) = reply {
-                        write_reply(stream, &reply).await?;
-                    }
                 }
             }
         }
