@@ -378,11 +378,11 @@ impl Reply {
                 used: r.u64()?,
                 cap: r.u64()?,
             },
-            6 => Reply::NotExtended,
             5 => Reply::Error {
                 code: ErrorCode::from_u32(r.u32()?),
                 message: r.str()?,
             },
+            6 => Reply::NotExtended,
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)

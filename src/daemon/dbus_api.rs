@@ -85,13 +85,11 @@ fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
     d
 }
 
-fn check_fraction(what: &str, v: f64) -> Result<(), Error> {
+fn check_number(what: &str, v: f64) -> Result<(), Error> {
     if v.is_finite() {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!(
-            "{what} must be a number between 0 and 1"
-        )))
+        Err(Error::InvalidArgument(format!("{what} must be a number")))
     }
 }
 
@@ -186,8 +184,8 @@ impl Manager {
         groups: Vec<String>,
     ) -> Result<(), Error> {
         self.authorize(&header, conn).await?;
-        check_fraction("request", request)?;
-        check_fraction("limit", limit)?;
+        check_number("request", request)?;
+        check_number("limit", limit)?;
         let spec = ClientSpec {
             name,
             share: Share {
@@ -227,8 +225,8 @@ impl Manager {
         limit: f64,
     ) -> Result<(), Error> {
         self.authorize(&header, conn).await?;
-        check_fraction("request", request)?;
-        check_fraction("limit", limit)?;
+        check_number("request", request)?;
+        check_number("limit", limit)?;
         let keep = |v: f64| (v >= 0.0).then_some(v);
         self.lock()
             .set_share(&name, keep(request), keep(limit), None)?;
