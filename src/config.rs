@@ -69,6 +69,54 @@ pub struct MpsShare {
     pub thread_percentage: Option<u32>,
     /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` in bytes.
     pub pinned_mem_limit: Option<u64>,
+    /// `CUDA_MPS_CLIENT_PRIORITY`: below-normal clients' work yields to normal clients' work.
+    pub priority: MpsPriority,
+}
+
+/// Scheduling priority of an MPS client's work against other clients' work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MpsPriority {
+    #[default]
+    Normal,
+    BelowNormal,
+}
+
+impl MpsPriority {
+    /// The value of `CUDA_MPS_CLIENT_PRIORITY`.
+    pub fn level(self) -> u32 {
+        match self {
+            MpsPriority::Normal => 0,
+            MpsPriority::BelowNormal => 1,
+        }
+    }
+
+    pub fn from_level(level: u32) -> MpsPriority {
+        if level == 0 {
+            MpsPriority::Normal
+        } else {
+            MpsPriority::BelowNormal
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MpsPriority::Normal => "normal",
+            MpsPriority::BelowNormal => "below-normal",
+        }
+    }
+}
+
+/// How a client's device memory is served (see gpushare.toml(5), "Oversubscription").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryMode {
+    /// Device allocations become managed (unified) memory, moved in and out at hand-overs.
+    pub oversubscribe: bool,
+    /// Bytes of the client's managed memory moved onto the GPU when it gets the token
+    /// (`None`: all of it).
+    pub resident: Option<u64>,
+    /// PyTorch clients release their allocator's unused cached memory while others wait.
+    pub release_cache: bool,
 }
 
 /// Who may attach as a named client.
@@ -84,6 +132,7 @@ pub struct ClientSpec {
     pub name: String,
     pub share: Share,
     pub mps: MpsShare,
+    pub memory_mode: MemoryMode,
     pub access: Access,
 }
 
@@ -114,6 +163,9 @@ pub struct GpuConfig {
     pub mps_log_dir: PathBuf,
     pub unattached: UnattachedPolicy,
     pub scan_interval: Duration,
+    /// Most managed memory all oversubscribing clients together may hold, in bytes; `None`:
+    /// three quarters of the host memory available when the daemon starts.
+    pub managed_memory: Option<u64>,
 }
 
 /// The checked configuration the daemon runs with.
@@ -168,6 +220,7 @@ struct FileGpu {
     mps_log_dir: Option<PathBuf>,
     unattached: Option<UnattachedPolicy>,
     scan_interval: Option<String>,
+    managed_memory: Option<MemoryValue>,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -218,6 +271,10 @@ struct FileClient {
     groups: Vec<String>,
     mps_thread_percentage: Option<u32>,
     mps_pinned_mem_limit: Option<MemoryValue>,
+    mps_priority: Option<MpsPriority>,
+    oversubscribe: Option<bool>,
+    resident: Option<MemoryValue>,
+    release_cache: Option<bool>,
 }
 
 impl FileShare {
@@ -338,6 +395,13 @@ impl Config {
                 Duration::from_secs(2),
                 "gpu.scan_interval",
             )?,
+            managed_memory: match &g.managed_memory {
+                Some(MemoryValue::Text(t)) if t == "auto" => None,
+                Some(m) => Some(m.bytes("gpu.managed_memory")?.ok_or(
+                    "gpu.managed_memory: must be more than zero, or \"auto\"",
+                )?),
+                None => None,
+            },
         };
         let defaults = file.defaults.share.resolve(&Share::default(), "defaults")?;
         let mut user_defaults = BTreeMap::new();
@@ -370,12 +434,35 @@ impl Config {
                 Some(m) => m.bytes(&what)?,
                 None => None,
             };
+            let resident = match &c.resident {
+                Some(m) => m.bytes(&format!("{what}.resident"))?,
+                None => None,
+            };
+            let oversubscribe = c.oversubscribe.unwrap_or(false);
+            if resident.is_some() && !oversubscribe {
+                return Err(format!(
+                    "{what}: resident needs oversubscribe = true (it sizes the managed memory moved in)"
+                ));
+            }
+            if let (Some(r), Some(cap)) = (resident, share.memory) {
+                if r > cap {
+                    return Err(format!(
+                        "{what}: resident ({r} bytes) is above the client's memory cap ({cap} bytes)"
+                    ));
+                }
+            }
             let spec = ClientSpec {
                 name: name.clone(),
                 share,
                 mps: MpsShare {
                     thread_percentage: c.mps_thread_percentage,
                     pinned_mem_limit: pinned,
+                    priority: c.mps_priority.unwrap_or_default(),
+                },
+                memory_mode: MemoryMode {
+                    oversubscribe,
+                    resident,
+                    release_cache: c.release_cache.unwrap_or(false),
                 },
                 access: Access {
                     users: c.users.clone(),
@@ -519,6 +606,40 @@ mod tests {
     }
 
     #[test]
+    fn memory_modes_and_mps_priority() {
+        let c = Config::parse(
+            r#"
+[gpu]
+managed_memory = "64GiB"
+[clients.big]
+memory = "24GiB"
+oversubscribe = true
+resident = "8GiB"
+release_cache = true
+mps_priority = "below-normal"
+[clients.plain]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.gpu.managed_memory, Some(64 << 30));
+        let big = &c.clients["big"];
+        assert_eq!(
+            big.memory_mode,
+            MemoryMode {
+                oversubscribe: true,
+                resident: Some(8 << 30),
+                release_cache: true
+            }
+        );
+        assert_eq!(big.mps.priority, MpsPriority::BelowNormal);
+        assert_eq!(big.mps.priority.level(), 1);
+        assert_eq!(c.clients["plain"].memory_mode, MemoryMode::default());
+        assert_eq!(c.clients["plain"].mps.priority, MpsPriority::Normal);
+        let auto = Config::parse("[gpu]\nmanaged_memory = \"auto\"\n").unwrap();
+        assert_eq!(auto.gpu.managed_memory, None);
+    }
+
+    #[test]
     fn bad_values_name_their_key() {
         let cases = [
             ("[clients.a]\nrequest = 1.5\n", "clients.a: request 1.5"),
@@ -537,6 +658,13 @@ mod tests {
                 "mps_thread_percentage",
             ),
             ("[gpu]\nunattached = \"shrug\"\n", "unknown variant"),
+            ("[clients.a]\nmps_priority = \"high\"\n", "unknown variant"),
+            ("[clients.a]\nresident = \"1GiB\"\n", "needs oversubscribe"),
+            (
+                "[clients.a]\nmemory = \"1GiB\"\noversubscribe = true\nresident = \"2GiB\"\n",
+                "above the client's memory cap",
+            ),
+            ("[gpu]\nmanaged_memory = 0\n", "gpu.managed_memory"),
             ("[daemon]\nsokcet_dir = \"/x\"\n", "unknown field"),
             ("[clients.a\n", "expected"),
         ];

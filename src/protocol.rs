@@ -17,7 +17,7 @@
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -28,6 +28,10 @@ pub const DEFAULT_SOCKET_DIR: &str = "/run/gpushare";
 pub const SOCKET_NAME: &str = "gpushare.sock";
 /// `memory_cap` value meaning "no cap".
 pub const NO_CAP: u64 = u64::MAX;
+/// [`Reply::Welcome`] `memory_flags`: serve device allocations as managed memory.
+pub const MEMORY_OVERSUBSCRIBE: u32 = 1;
+/// [`Reply::Welcome`] `memory_flags`: release the framework's cached memory while others wait.
+pub const MEMORY_RELEASE_CACHE: u32 = 2;
 
 /// What a client process asks of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +75,12 @@ pub enum Reply {
         mps_thread_percentage: u32,
         /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` in bytes for this client, 0 for unset.
         mps_pinned_mem_limit: u64,
+        /// `CUDA_MPS_CLIENT_PRIORITY` for this client, 0 for normal (unset).
+        mps_client_priority: u32,
+        /// [`MEMORY_OVERSUBSCRIBE`] and [`MEMORY_RELEASE_CACHE`].
+        memory_flags: u32,
+        /// Bytes of managed memory to move onto the GPU at a grant, [`NO_CAP`] for all.
+        resident: u64,
     },
     /// The token is this process's for `lease_ns` nanoseconds from now.
     Grant { lease_ns: u64 },
@@ -332,6 +342,9 @@ impl Reply {
                 mps_pipe_dir,
                 mps_thread_percentage,
                 mps_pinned_mem_limit,
+                mps_client_priority,
+                memory_flags,
+                resident,
             } => {
                 f.str(client);
                 f.u64(*memory_cap);
@@ -339,6 +352,9 @@ impl Reply {
                 f.str(mps_pipe_dir);
                 f.u32(*mps_thread_percentage);
                 f.u64(*mps_pinned_mem_limit);
+                f.u32(*mps_client_priority);
+                f.u32(*memory_flags);
+                f.u64(*resident);
             }
             Reply::Grant { lease_ns } => f.u64(*lease_ns),
             Reply::Reserved { used } => f.u64(*used),
@@ -371,6 +387,9 @@ impl Reply {
                 mps_pipe_dir: r.str()?,
                 mps_thread_percentage: r.u32()?,
                 mps_pinned_mem_limit: r.u64()?,
+                mps_client_priority: r.u32()?,
+                memory_flags: r.u32()?,
+                resident: r.u64()?,
             },
             2 => Reply::Grant { lease_ns: r.u64()? },
             3 => Reply::Reserved { used: r.u64()? },
@@ -434,6 +453,9 @@ mod tests {
                 mps_pipe_dir: "/run/gpushare/mps".into(),
                 mps_thread_percentage: 30,
                 mps_pinned_mem_limit: 4 << 30,
+                mps_client_priority: 1,
+                memory_flags: MEMORY_OVERSUBSCRIBE | MEMORY_RELEASE_CACHE,
+                resident: 2 << 30,
             },
             Reply::Grant { lease_ns: 5 },
             Reply::NotExtended,
@@ -497,6 +519,9 @@ mod tests {
             mps_pipe_dir: "/p".into(),
             mps_thread_percentage: 3,
             mps_pinned_mem_limit: 4,
+            mps_client_priority: 1,
+            memory_flags: 2,
+            resident: 5,
         }
         .to_frame()
         .unwrap();

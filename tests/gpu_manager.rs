@@ -85,6 +85,7 @@ impl Rig {
             mps_log_dir: self.path("mps-log"),
             unattached: UnattachedPolicy::Allow,
             scan_interval: Duration::from_millis(100),
+            managed_memory: None,
         }
     }
 

@@ -166,6 +166,11 @@ struct Daemon {
 impl Daemon {
     /// `clients` is TOML appended to the config (use `{uid}` for the current uid).
     fn start(clients: &str) -> Daemon {
+        Daemon::start_with("", clients)
+    }
+
+    /// Like [`Daemon::start`], with `gpu` added to the config's `[gpu]` table.
+    fn start_with(gpu: &str, clients: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let uid = unsafe { libc_getuid() };
         let config = dir.path().join("gpushare.toml");
@@ -178,6 +183,7 @@ client_timeout = "2s"
 [gpu]
 nvml = false
 set_compute_mode = false
+{gpu}
 [defaults]
 memory = "unlimited"
 {}
@@ -816,6 +822,9 @@ fn recording_daemon_with_mps(
                     mps_pipe_dir: mps_pipe_dir.clone(),
                     mps_thread_percentage,
                     mps_pinned_mem_limit,
+                    mps_client_priority: u32::from(mps_thread_percentage != 0),
+                    memory_flags: 0,
+                    resident: NO_CAP,
                 }),
                 Request::Acquire | Request::Renew { .. } => Some(Reply::Grant {
                     lease_ns: 20_000_000,
@@ -1041,6 +1050,7 @@ fn mps_settings_are_exported_before_cu_init() {
             "getenv:CUDA_MPS_PIPE_DIRECTORY",
             "getenv:CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
             "getenv:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+            "getenv:CUDA_MPS_CLIENT_PRIORITY",
         ])
         .env("LD_LIBRARY_PATH", &f.dir)
         .env("LD_PRELOAD", hook("debug"))
@@ -1049,6 +1059,7 @@ fn mps_settings_are_exported_before_cu_init() {
         .env("FAKE_CUDA_SAY_MPS", "1")
         .env_remove("CUDA_MPS_PIPE_DIRECTORY")
         .env_remove("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+        .env_remove("CUDA_MPS_CLIENT_PRIORITY")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1060,6 +1071,7 @@ fn mps_settings_are_exported_before_cu_init() {
             "env CUDA_MPS_PIPE_DIRECTORY=/run/gpushare/mps",
             "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10",
             "env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M",
+            "env CUDA_MPS_CLIENT_PRIORITY=1",
         ]
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1311,4 +1323,84 @@ fn requests_set_the_share_of_gpu_time() {
         (share - 0.8).abs() <= 0.08,
         "big's share of GPU time is {share:.3}, want 0.8"
     );
+}
+
+/// An oversubscribing client gets managed memory for cuMemAlloc (more than the device holds),
+/// moves it to the host when its lease ends with another client waiting, and moves back its
+/// oldest allocations up to its resident budget when the token returns. All oversubscribing
+/// clients together stay within gpu.managed_memory.
+#[test]
+fn oversubscribed_memory_moves_out_and_back_at_hand_overs() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start_with(
+        r#"managed_memory = "2GiB""#,
+        r#"[clients.big]
+memory = "3GiB"
+oversubscribe = true
+resident = "1GiB"
+users = ["{uid}"]
+[clients.other]
+users = ["{uid}"]
+"#,
+    );
+    let gib = (1u64 << 30).to_string();
+    let run = |client: &'static str| {
+        Run::new(Via::ProcAddress)
+            .daemon(&d)
+            .client(client)
+            .env("FAKE_CUDA_TOTAL_MEM", &gib)
+            .env("FAKE_CUDA_SAY_MANAGED", "1")
+            .env("GPUSHARE_CLOCK", "monotonic")
+    };
+    let (big, other) = (run("big"), run("other"));
+    let big_ops = [
+        format!("alloc:{gib}"),
+        format!("alloc:{gib}"),
+        "alloc:1048576".to_string(),
+        "launch:60:1000000".to_string(),
+    ];
+    let big_ops: Vec<&str> = big_ops.iter().map(String::as_str).collect();
+    let a = big
+        .command(&big_ops)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = other
+        .command(&["launch:60:1000000", "alloc:2147483648"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let (out_a, err_a) = (
+        String::from_utf8_lossy(&a.stdout),
+        String::from_utf8_lossy(&a.stderr),
+    );
+    let out_b = String::from_utf8_lossy(&b.stdout);
+    assert!(a.status.success() && b.status.success(), "{out_a}{err_a}{out_b}");
+    // Two GiB of managed memory on a 1 GiB device; the pool of 2 GiB is then full.
+    assert_eq!(line(&out_a, &format!("alloc {gib}")), format!("alloc {gib} -> 0"));
+    assert_eq!(err_a.matches("fake_cuda: managed").count(), 2, "{err_a}");
+    assert!(err_a.contains("flags 1"), "attached globally: {err_a}");
+    assert_eq!(line(&out_a, "alloc 1048576"), "alloc 1048576 -> 2", "{out_a}");
+    // The other client's allocations stay device memory (2 GiB do not fit in 1 GiB).
+    assert_eq!(line(&out_b, "alloc 2147483648"), "alloc 2147483648 -> 2", "{out_b}");
+    // Out in bulk at each hand-over, both allocations; back only the first (1 GiB budget).
+    let moves: Vec<&str> = err_a
+        .lines()
+        .filter(|l| l.contains("cuMemPrefetchAsync_v2"))
+        .collect();
+    let out = moves.iter().filter(|l| l.ends_with("to host")).count();
+    let back: Vec<&&str> = moves.iter().filter(|l| l.ends_with("to device")).collect();
+    assert!(out >= 4 && out % 2 == 0, "{moves:#?}");
+    assert!(!back.is_empty() && back.len() >= out / 2 - 1, "{moves:#?}");
+    assert!(
+        back.iter().all(|l| l.contains(&format!(" {gib} to device"))),
+        "{moves:#?}"
+    );
+    let first = moves[0].split_whitespace().nth(2).unwrap();
+    assert!(back.iter().all(|l| l.split_whitespace().nth(2) == Some(first)), "oldest first: {moves:#?}");
 }

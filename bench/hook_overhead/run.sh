@@ -1,23 +1,38 @@
 #!/bin/bash
 # Hook overhead and memory cap on a real GPU. Run from the repository root:
-#   bench/hook_overhead/run.sh [OUTPUT.jsonl]
-# Needs nvcc and python3 with torch; gpushared and libgpushare.so prebuilt in $TARGET
+#   bench/hook_overhead/run.sh [OUTPUT_DIR]
+# Writes hook_overhead.jsonl and hook_overhead_summary.json there.
+#
+# Overhead is measured in alternating rounds, each a fresh process pinned to the same CPUs
+# (PIN, default 2-3): an empty-kernel launch loop (1e6 launches, static cudart, which resolves the
+# driver through cuGetProcAddress) plain, under the hook attached to a daemon (token held), and
+# under the hook with no daemon; PyTorch's launch-bound loops (a tensor add, a small-MLP training
+# step) plain and under the hook. The summary gives the median of the per-round ratios and a
+# bootstrap 95% interval of that median. The hook's own cost per launch, free of the GPU's
+# noise, is measured against the test double libcuda.so.1 (tests/fakes/fake_cuda.c).
+#
+# Needs nvcc, gcc and python3 with torch; gpushared and libgpushare.so prebuilt in $TARGET
 # (default target/release). Starts its own gpushared (--bus none, no NVML, the GPU's compute
-# mode untouched) on a private socket. Prints JSON lines and appends them to OUTPUT.
+# mode untouched) on a private socket.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 target=${TARGET:-$root/target/release}
-out=${1:-${OUT:-$here}/hook_overhead.jsonl}
+outdir=${1:-${OUT:-$here}}
+out=$outdir/hook_overhead.jsonl
+rounds=${ROUNDS:-10}
 launches=${LAUNCHES:-1000000}
-iters=${ITERS:-200000}
+iters=${ITERS:-100000}
+mlp_iters=${MLP_ITERS:-10000}
 cap=${CAP:-4GiB}
+pin=${PIN:-2-3}
 hook="$target/libgpushare.so"
 gpushared="$target/gpushared"
 for f in "$hook" "$gpushared"; do
-  [[ -x $f || -f $f ]] || { echo "missing $f (cargo build --release -p gpushare -p gpushare-hook)" >&2; exit 1; }
+  [[ -f $f ]] || { echo "missing $f (cargo build --release --workspace)" >&2; exit 1; }
 done
+mkdir -p "$outdir"; : >"$out"
 
 work=$(mktemp -d)
 daemon=""
@@ -30,7 +45,6 @@ trap cleanup EXIT
 cat >"$work/gpushare.toml" <<TOML
 [daemon]
 quantum = "20ms"
-client_timeout = "2s"
 [gpu]
 nvml = false
 set_compute_mode = false
@@ -48,32 +62,76 @@ for _ in $(seq 100); do [[ -S $work/run/gpushare.sock ]] && break; sleep 0.1; do
 export GPUSHARE_SOCKET=$work/run/gpushare.sock
 
 nvcc -O2 -o "$work/launch_loop" "$here/launch_loop.cu"
+gcc -O1 -shared -fPIC -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -o "$work/libcuda.so.1" \
+  "$root/tests/fakes/fake_cuda.c" -lpthread
+gcc -O2 -o "$work/wrapper_cost" "$here/wrapper_cost.c" -ldl
 
-emit() { tee -a "$out"; }
-hooked() { LD_PRELOAD="$hook" "$@"; }
+pinned() { if command -v taskset >/dev/null; then taskset -c "$pin" "$@"; else "$@"; fi; }
+hooked() { LD_PRELOAD="$hook" pinned "$@"; }
+undaemoned() { GPUSHARE_SOCKET=$work/none.sock LD_PRELOAD="$hook" pinned "$@" 2>/dev/null; }
 
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/# gpu: /'
-  echo "# $(date -u +%FT%TZ) hook=$hook"
+  echo "# $(date -u +%FT%TZ) rounds=$rounds pinned to CPUs $pin, clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 } >>"$out"
 
-for round in $(seq "${ROUNDS:-3}"); do
-  "$work/launch_loop" "$launches" "plain.$round" | emit
-  hooked "$work/launch_loop" "$launches" "hook.$round" | emit
+# The hook's own cost per launch, against the test double (no GPU involved).
+for r in $(seq 5); do
+  LD_LIBRARY_PATH=$work pinned "$work/wrapper_cost" 10000000 "plain.$r" >>"$out"
+  LD_LIBRARY_PATH=$work hooked "$work/wrapper_cost" 10000000 "hook.$r" >>"$out"
 done
-# The hook without a daemon (passthrough) for comparison.
-GPUSHARE_SOCKET=$work/none.sock hooked "$work/launch_loop" "$launches" "hook-no-daemon" 2>/dev/null | emit
 
-for round in $(seq "${ROUNDS:-3}"); do
-  python3 "$here/torch_bench.py" add "$iters" "plain.$round" | emit
-  hooked python3 "$here/torch_bench.py" add "$iters" "hook.$round" | emit
+for r in $(seq "$rounds"); do
+  pinned "$work/launch_loop" "$launches" "plain.$r" >>"$out"
+  hooked "$work/launch_loop" "$launches" "hook.$r" >>"$out"
+  undaemoned "$work/launch_loop" "$launches" "nodaemon.$r" >>"$out"
+done
+for r in $(seq "$rounds"); do
+  pinned python3 "$here/torch_bench.py" add "$iters" "plain.$r" >>"$out"
+  hooked python3 "$here/torch_bench.py" add "$iters" "hook.$r" >>"$out"
+  pinned python3 "$here/torch_bench.py" mlp "$mlp_iters" "plain.$r" >>"$out"
+  hooked python3 "$here/torch_bench.py" mlp "$mlp_iters" "hook.$r" >>"$out"
 done
 
 # The cap: PyTorch must stop at $cap with OutOfMemoryError, and mem_get_info must show it.
-GPUSHARE_CLIENT=capped hooked python3 "$here/torch_bench.py" cap "hook.capped.$cap" | emit
+GPUSHARE_CLIENT=capped hooked python3 "$here/torch_bench.py" cap "hook.capped.$cap" >>"$out"
 # The same with expandable segments (cuMemCreate + cuMemMap).
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True GPUSHARE_CLIENT=capped \
-  hooked python3 "$here/torch_bench.py" cap "hook.capped.expandable.$cap" | emit
+  hooked python3 "$here/torch_bench.py" cap "hook.capped.expandable.$cap" >>"$out"
 
 echo "# gpushared log:" >>"$out"
 sed 's/^/#   /' "$work/gpushared.log" >>"$out"
+
+python3 - "$out" <<'PY' | tee "$outdir/hook_overhead_summary.json"
+import json, random, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+random.seed(1)
+def paired(bench, key, variant):
+    by = {}
+    for r in rows:
+        if r.get("bench") == bench and "." in r["label"]:
+            kind, n = r["label"].rsplit(".", 1)
+            by.setdefault(n, {})[kind] = r[key]
+    ratios = [v[variant] / v["plain"] for v in by.values() if "plain" in v and variant in v]
+    if not ratios:
+        return None
+    boot = sorted(statistics.median(random.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return {"rounds": len(ratios), "median_ratio": round(statistics.median(ratios), 4),
+            "ci95": [round(boot[50], 4), round(boot[1949], 4)],
+            "plain_median": statistics.median(v["plain"] for v in by.values() if "plain" in v),
+            f"{variant}_median": statistics.median(v[variant] for v in by.values() if variant in v),
+            "ratios": [round(x, 4) for x in ratios]}
+out = {
+    "wrapper_cost": paired("wrapper_cost", "ns_per_launch", "hook"),
+    "launch_loop": paired("launch_loop", "ns_per_launch", "hook"),
+    "launch_loop_no_daemon": paired("launch_loop", "ns_per_launch", "nodaemon"),
+    "torch_add": paired("torch_add", "us_per_iter", "hook"),
+    "torch_mlp": paired("torch_mlp", "us_per_iter", "hook"),
+}
+w = out["wrapper_cost"]
+if w:
+    out["wrapper_cost"]["added_ns_per_launch"] = round(w["hook_median"] - w["plain_median"], 2)
+caps = [r for r in rows if r.get("bench") == "torch_cap"]
+out["cap"] = [{k: r[k] for k in ("label", "bytes_reached", "mem_get_info_full", "oom")} for r in caps]
+print(json.dumps(out, indent=1))
+PY

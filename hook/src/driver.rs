@@ -136,9 +136,14 @@ pub enum Helper {
     cuMemFree_v2,
     cuCtxGetCurrent,
     cuCtxSetCurrent,
+    cuMemAllocManaged,
+    cuMemPrefetchAsync_v2,
+    cuMemPrefetchAsync,
+    cuStreamCreate,
+    cuStreamSynchronize,
 }
 
-static HELPERS: [Slot; 12] = [
+static HELPERS: [Slot; 17] = [
     Slot::new(c"cuStreamIsCapturing", Lib::Cuda),
     Slot::new(c"cuThreadExchangeStreamCaptureMode", Lib::Cuda),
     Slot::new(c"cuEventCreate", Lib::Cuda),
@@ -151,6 +156,11 @@ static HELPERS: [Slot; 12] = [
     Slot::new(c"cuMemFree_v2", Lib::Cuda),
     Slot::new(c"cuCtxGetCurrent", Lib::Cuda),
     Slot::new(c"cuCtxSetCurrent", Lib::Cuda),
+    Slot::new(c"cuMemAllocManaged", Lib::Cuda),
+    Slot::new(c"cuMemPrefetchAsync_v2", Lib::Cuda),
+    Slot::new(c"cuMemPrefetchAsync", Lib::Cuda),
+    Slot::new(c"cuStreamCreate", Lib::Cuda),
+    Slot::new(c"cuStreamSynchronize", Lib::Cuda),
 ];
 
 /// The real helper function as `F` (an `unsafe extern "C" fn` type of the right signature).

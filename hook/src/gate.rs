@@ -15,10 +15,13 @@ use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
 use crate::session::{self, Attach};
+use crate::residency;
 use crate::streams;
 
 /// End of the current lease in [`fast_now`] units; 0 = no lease, `u64::MAX` = ungated.
 static DEADLINE: AtomicU64 = AtomicU64::new(0);
+/// End of the current lease in [`now_ns`] units (0: none), for readers off the launch path.
+static LEASE_END_NS: AtomicU64 = AtomicU64::new(0);
 static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
 /// The idle releaser thread runs (see [`watch`]).
 static WATCHER: AtomicBool = AtomicBool::new(false);
@@ -96,6 +99,8 @@ fn renew(stream: Stream) {
             let context = lease.context;
             lease.grant(now_ns(), lease_ns);
             lease.context = context;
+            residency::alone();
+            LEASE_END_NS.store(lease.deadline, Relaxed);
             DEADLINE.store(fast_deadline(lease_ns), Release);
             wake_watcher();
             return;
@@ -107,7 +112,10 @@ fn renew(stream: Stream) {
         let idle = wait_for_lease_work(lease.wait_limit(), |s| {
             mine || s as usize != CU_STREAM_PER_THREAD
         });
+        // Others wait: the memory moves out (charged to this lease, as GPU work of its own).
+        residency::hand_over();
         let gpu_ns = lease.end(now_ns(), idle);
+        LEASE_END_NS.store(0, Relaxed);
         DEADLINE.store(0, Release);
         Some(gpu_ns)
     } else {
@@ -121,7 +129,9 @@ fn renew(stream: Stream) {
         Some(lease_ns) => {
             lease.grant(now_ns(), lease_ns);
             lease.context = current_context();
+            LEASE_END_NS.store(lease.deadline, Relaxed);
             DEADLINE.store(fast_deadline(lease_ns), Release);
+            residency::regained();
             start_watcher();
             wake_watcher();
         }
@@ -137,6 +147,14 @@ fn current_context() -> usize {
         Some(get) if (unsafe { get(&mut ctx) }) == CUDA_SUCCESS => ctx as usize,
         _ => 0,
     }
+}
+
+/// Nanoseconds left of this process's lease (0 without one, `u64::MAX` when ungated).
+pub fn lease_left_ns() -> u64 {
+    if DEADLINE.load(Acquire) == u64::MAX {
+        return u64::MAX;
+    }
+    LEASE_END_NS.load(Relaxed).saturating_sub(now_ns())
 }
 
 /// True once the process has started to exit.
@@ -216,6 +234,7 @@ fn watch() {
             && set_context(lease.context)
             && wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
         let gpu_ns = lease.end(now_ns(), idle);
+        LEASE_END_NS.store(0, Relaxed);
         DEADLINE.store(0, Release);
         session::release(gpu_ns);
     }
@@ -370,6 +389,7 @@ impl Lease {
 
 pub fn after_fork_in_child() {
     DEADLINE.store(0, Release);
+    LEASE_END_NS.store(0, Relaxed);
     // The idle releaser thread does not exist in the child.
     WATCHER.store(false, Release);
     // SAFETY: called from the fork child handler.

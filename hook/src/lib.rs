@@ -8,6 +8,8 @@
 //!   trip to the daemon only when the lease has run out;
 //! - allocations are counted against the client's memory cap ([`memory`], [`ledger`]), and the
 //!   memory-size queries report the cap;
+//! - an oversubscribing client's device allocations are managed memory, moved out and back in
+//!   bulk at token hand-overs ([`residency`]);
 //! - without a daemon the process runs unmanaged and says so once on stderr.
 //!
 //! Nothing runs at load time; the library attaches to the daemon on the first CUDA call.
@@ -25,5 +27,6 @@ mod launch;
 mod ledger;
 mod memory;
 mod memory_info;
+mod residency;
 mod session;
 mod streams;

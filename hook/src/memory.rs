@@ -6,6 +6,7 @@ use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
 use crate::ledger::{self, Kind, Ledger};
+use crate::residency;
 use crate::session::{self, Reservation};
 
 static LEDGER: ForkSafe<Ledger> = ForkSafe::new(Ledger::new());
@@ -80,7 +81,12 @@ pub unsafe fn alloc(
     bytes: usize,
 ) -> CUresult {
     counted(Kind::Pointer, bytes as u64, None, &mut || {
-        (real(dptr, bytes), read(dptr))
+        let r = if residency::oversubscribing() {
+            residency::alloc(dptr, bytes)
+        } else {
+            real(dptr, bytes)
+        };
+        (r, read(dptr))
     })
 }
 
@@ -138,6 +144,7 @@ pub unsafe fn free(
     real: unsafe extern "C" fn(CUdeviceptr) -> CUresult,
     dptr: CUdeviceptr,
 ) -> CUresult {
+    residency::freed(dptr);
     uncounted(Kind::Pointer, dptr, || real(dptr))
 }
 

@@ -111,6 +111,9 @@ fn attach_slow() -> Attach {
             mps_pipe_dir,
             mps_thread_percentage,
             mps_pinned_mem_limit,
+            mps_client_priority,
+            memory_flags,
+            resident,
             ..
         }) => {
             set_env_default("CUDA_MPS_PIPE_DIRECTORY", &mps_pipe_dir);
@@ -127,6 +130,10 @@ fn attach_slow() -> Attach {
                     &format!("0={}M", mps_pinned_mem_limit.div_ceil(1 << 20)),
                 );
             }
+            if mps_client_priority != 0 {
+                set_env_default("CUDA_MPS_CLIENT_PRIORITY", &mps_client_priority.to_string());
+            }
+            crate::residency::configure(memory_flags, resident);
             crate::clock::choose(&std::env::var("GPUSHARE_CLOCK").unwrap_or_default());
             CAP.store(memory_cap, Release);
             LINK_FD.store(link.fd(), Release);
@@ -321,4 +328,5 @@ unsafe extern "C" fn after_fork_in_child() {
     STATE.store(NOT_TRIED, Release);
     crate::gate::after_fork_in_child();
     crate::memory::after_fork_in_child();
+    crate::residency::after_fork_in_child();
 }

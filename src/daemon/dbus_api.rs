@@ -4,7 +4,7 @@
 
 use super::identity::Identity;
 use super::state::{ClientReport, Event, State, StateError};
-use crate::config::{Access, ClientSpec, MpsShare, Share};
+use crate::config::{Access, ClientSpec, MemoryMode, MpsShare, Share};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, Notify};
@@ -82,6 +82,10 @@ fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
         "mps_pinned_mem_limit".into(),
         value(r.mps_pinned_mem_limit.unwrap_or(0)),
     );
+    d.insert("mps_priority".into(), value(r.mps_priority));
+    d.insert("oversubscribe".into(), value(r.oversubscribe));
+    d.insert("resident".into(), value(r.resident.unwrap_or(0)));
+    d.insert("release_cache".into(), value(r.release_cache));
     d
 }
 
@@ -194,6 +198,7 @@ impl Manager {
                 memory: (memory > 0).then_some(memory),
             },
             mps: MpsShare::default(),
+            memory_mode: MemoryMode::default(),
             access: Access { users, groups },
         };
         self.lock().register(spec)?;
@@ -249,6 +254,30 @@ impl Manager {
         Ok(())
     }
 
+    /// How a client's device memory is served: as managed memory moved in and out at token
+    /// hand-overs (`oversubscribe`), how much of it moves onto the GPU at a grant (`resident`
+    /// bytes, 0 for all), and whether PyTorch processes release their cached memory while
+    /// others wait. Processes attached already keep the mode they attached with.
+    async fn set_memory_mode(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        name: String,
+        oversubscribe: bool,
+        resident: u64,
+        release_cache: bool,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        let mode = MemoryMode {
+            oversubscribe,
+            resident: (resident > 0).then_some(resident),
+            release_cache,
+        };
+        self.lock().set_memory_mode(&name, mode)?;
+        self.changed();
+        Ok(())
+    }
+
     /// Every client with its shares and live usage.
     async fn list_clients(&self) -> Vec<HashMap<String, OwnedValue>> {
         self.lock().reports().iter().map(client_dict).collect()
@@ -297,6 +326,12 @@ impl Manager {
     #[zbus(property(emits_changed_signal = "false"))]
     async fn config_error(&self) -> String {
         self.lock().config_error.clone().unwrap_or_default()
+    }
+
+    /// Managed memory held by oversubscribing processes, and the most they may hold (bytes).
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn managed_memory(&self) -> (u64, u64) {
+        self.lock().managed_memory()
     }
 
     /// Processes attached through the hook. Watch ClientAttached/ClientDetached for changes.

@@ -5,9 +5,10 @@
 
 use super::identity::Identity;
 use crate::config::{
-    check_client_name, check_request_sum, Access, ClientSpec, Config, MpsShare, Share,
+    check_client_name, check_request_sum, Access, ClientSpec, Config, MemoryMode, MpsShare,
+    Share,
 };
-use crate::protocol::{ErrorCode, Reply, NO_CAP};
+use crate::protocol::{ErrorCode, Reply, MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP};
 use crate::scheduler::{ClientId, Nanos, Scheduler, SessionId, Shares};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -50,6 +51,8 @@ struct Session {
     uid: u32,
     client: String,
     reserved: u64,
+    /// The hook serves this session's device allocations as managed memory (fixed at attach).
+    managed: bool,
     tx: mpsc::UnboundedSender<Reply>,
 }
 
@@ -102,6 +105,11 @@ pub struct ClientReport {
     pub groups: Vec<String>,
     pub mps_thread_percentage: Option<u32>,
     pub mps_pinned_mem_limit: Option<u64>,
+    pub mps_priority: &'static str,
+    pub oversubscribe: bool,
+    /// Resident budget in bytes, `None` for all of the client's managed memory.
+    pub resident: Option<u64>,
+    pub release_cache: bool,
 }
 
 pub struct State {
@@ -116,6 +124,9 @@ pub struct State {
     events: broadcast::Sender<Event>,
     /// `CUDA_MPS_PIPE_DIRECTORY` handed to clients while MPS runs.
     pub mps_pipe_dir: Option<PathBuf>,
+    /// Managed memory held by all oversubscribing sessions, and the most they may hold.
+    managed_used: u64,
+    managed_limit: u64,
 }
 
 impl State {
@@ -135,7 +146,10 @@ impl State {
             origin,
             events,
             mps_pipe_dir: None,
+            managed_used: 0,
+            managed_limit: 0,
         };
+        s.managed_limit = managed_limit(&s.config);
         let specs: Vec<ClientSpec> = s.config.clients.values().cloned().collect();
         for spec in specs {
             s.insert_client(spec, Origin::Config);
@@ -204,6 +218,7 @@ impl State {
                     name: name.clone(),
                     share,
                     mps: MpsShare::default(),
+                    memory_mode: MemoryMode::default(),
                     access: Access {
                         users: vec![who.uid.to_string()],
                         groups: vec![],
@@ -231,6 +246,7 @@ impl State {
             ));
         }
         let welcome = self.welcome(&entry.spec);
+        let managed = entry.spec.memory_mode.oversubscribe;
         let session = self.fresh_id();
         self.clients
             .get_mut(&name)
@@ -242,6 +258,7 @@ impl State {
                 uid: who.uid,
                 client: name.clone(),
                 reserved: 0,
+                managed,
                 tx,
             },
         );
@@ -265,6 +282,9 @@ impl State {
                 .unwrap_or_default(),
             mps_thread_percentage: spec.mps.thread_percentage.unwrap_or(0),
             mps_pinned_mem_limit: spec.mps.pinned_mem_limit.unwrap_or(0),
+            mps_client_priority: spec.mps.priority.level(),
+            memory_flags: memory_flags(&spec.memory_mode),
+            resident: spec.memory_mode.resident.unwrap_or(NO_CAP),
         }
     }
 
@@ -280,6 +300,9 @@ impl State {
             c.sessions.remove(&session);
             c.memory_used = c.memory_used.saturating_sub(s.reserved);
             remove = c.origin == Origin::Default && c.sessions.is_empty();
+        }
+        if s.managed {
+            self.managed_used = self.managed_used.saturating_sub(s.reserved);
         }
         if remove {
             self.remove_client(&s.client);
@@ -343,10 +366,18 @@ impl State {
             };
         };
         let cap = c.spec.share.memory.unwrap_or(NO_CAP);
+        let pool_ok = !s.managed
+            || self
+                .managed_used
+                .checked_add(bytes)
+                .is_some_and(|t| t <= self.managed_limit);
         match c.memory_used.checked_add(bytes) {
-            Some(total) if total <= cap => {
+            Some(total) if total <= cap && pool_ok => {
                 c.memory_used = total;
                 s.reserved += bytes;
+                if s.managed {
+                    self.managed_used += bytes;
+                }
                 Reply::Reserved { used: total }
             }
             _ => Reply::OverCap {
@@ -362,6 +393,9 @@ impl State {
         };
         let bytes = bytes.min(s.reserved);
         s.reserved -= bytes;
+        if s.managed {
+            self.managed_used = self.managed_used.saturating_sub(bytes);
+        }
         if let Some(c) = self.clients.get_mut(&s.client) {
             c.memory_used = c.memory_used.saturating_sub(bytes);
         }
@@ -500,6 +534,27 @@ impl State {
         Ok(())
     }
 
+    /// Changes how a client's memory is served; processes attached already keep the mode they
+    /// attached with, new ones get this.
+    pub fn set_memory_mode(&mut self, name: &str, mode: MemoryMode) -> Result<(), StateError> {
+        let c = self.clients.get_mut(name).ok_or_else(|| unknown(name))?;
+        if mode.resident.is_some() && !mode.oversubscribe {
+            return Err(StateError::InvalidArgument(
+                "a resident budget needs oversubscription".into(),
+            ));
+        }
+        c.spec.memory_mode = mode;
+        self.emit(Event::Changed {
+            client: name.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Managed memory held by oversubscribing processes, and the most they may hold.
+    pub fn managed_memory(&self) -> (u64, u64) {
+        (self.managed_used, self.managed_limit)
+    }
+
     pub fn report(&self, name: &str) -> Option<ClientReport> {
         let c = self.clients.get(name)?;
         let now = self.now();
@@ -527,6 +582,10 @@ impl State {
             groups: c.spec.access.groups.clone(),
             mps_thread_percentage: c.spec.mps.thread_percentage,
             mps_pinned_mem_limit: c.spec.mps.pinned_mem_limit,
+            mps_priority: c.spec.mps.priority.as_str(),
+            oversubscribe: c.spec.memory_mode.oversubscribe,
+            resident: c.spec.memory_mode.resident,
+            release_cache: c.spec.memory_mode.release_cache,
         })
     }
 
@@ -642,8 +701,37 @@ impl State {
             .set_grace(new.daemon.lease_grace.as_nanos() as Nanos);
         self.sched.set_slots(new.daemon.concurrent_leases);
         self.config = new;
+        self.managed_limit = managed_limit(&self.config);
         self.dispatch();
     }
+}
+
+/// The most managed memory oversubscribing clients may hold together: the configured amount,
+/// or three quarters of the host memory available now (all of it may have to live there).
+fn managed_limit(config: &Config) -> u64 {
+    config
+        .gpu
+        .managed_memory
+        .unwrap_or_else(|| host_available_memory().unwrap_or(0) / 4 * 3)
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes.
+fn host_available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn memory_flags(m: &MemoryMode) -> u32 {
+    let mut flags = 0;
+    if m.oversubscribe {
+        flags |= MEMORY_OVERSUBSCRIBE;
+    }
+    if m.release_cache {
+        flags |= MEMORY_RELEASE_CACHE;
+    }
+    flags
 }
 
 fn shares(s: &Share) -> Shares {
@@ -795,6 +883,7 @@ mod tests {
                 memory: None,
             },
             mps: MpsShare::default(),
+            memory_mode: MemoryMode::default(),
             access: Access::default(),
         };
         let e = s.register(spec("big", 0.6)).unwrap_err();

@@ -36,7 +36,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static uint64_t total_mem, used_mem, next_addr = 0x7f0000000000ull;
 #define MAX_ALLOCS 65536
-static struct { uint64_t addr, size; } allocs[MAX_ALLOCS];
+static struct { uint64_t addr, size; int managed; } allocs[MAX_ALLOCS];
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -71,19 +71,22 @@ static void init_mem(void) {
   total_mem = (t && *t) ? strtoull(t, NULL, 0) : (16ull << 30);
 }
 
-static CUresult mem_alloc(uint64_t *out, uint64_t size) {
+/* Managed memory may exceed the device (it lives on the host when it does not fit) and is
+ * not counted as device memory in use. */
+static CUresult mem_alloc_kind(uint64_t *out, uint64_t size, int managed) {
   if (!initialized) return ERR_NOT_INITIALIZED;
   if (!out || !size) return ERR_INVALID_VALUE;
   CUresult r = ERR_OOM;
   pthread_mutex_lock(&lock);
   init_mem();
-  if (size <= total_mem - used_mem) {
+  if (managed || size <= total_mem - used_mem) {
     for (int i = 0; i < MAX_ALLOCS; i++) {
       if (allocs[i].size == 0) {
         allocs[i].addr = next_addr;
         allocs[i].size = size;
+        allocs[i].managed = managed;
         next_addr += (size + 0xfffff) & ~0xfffffull;
-        used_mem += size;
+        if (!managed) used_mem += size;
         *out = allocs[i].addr;
         r = OK;
         break;
@@ -94,12 +97,14 @@ static CUresult mem_alloc(uint64_t *out, uint64_t size) {
   return r;
 }
 
+static CUresult mem_alloc(uint64_t *out, uint64_t size) { return mem_alloc_kind(out, size, 0); }
+
 static CUresult mem_free(uint64_t addr) {
   CUresult r = ERR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_ALLOCS; i++) {
     if (allocs[i].size && allocs[i].addr == addr) {
-      used_mem -= allocs[i].size;
+      if (!allocs[i].managed) used_mem -= allocs[i].size;
       allocs[i].size = 0;
       r = OK;
       break;
@@ -205,7 +210,33 @@ EXPORT CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
 
 /* ---- memory ---- */
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return mem_alloc(p, n); }
-EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) { (void)flags; return mem_alloc(p, n); }
+/* FAKE_CUDA_SAY_MANAGED: managed allocations and prefetches are reported on stderr. */
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
+  CUresult r = mem_alloc_kind(p, n, 1);
+  if (r == OK && getenv("FAKE_CUDA_SAY_MANAGED"))
+    fprintf(stderr, "fake_cuda: managed %#llx %zu flags %u\n", (unsigned long long)*p, n, flags);
+  return r;
+}
+static CUresult prefetch(const char *fn, CUdeviceptr p, size_t n, const char *to) {
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_ALLOCS; i++)
+    if (allocs[i].size && allocs[i].managed && p >= allocs[i].addr && p + n <= allocs[i].addr + allocs[i].size) found = 1;
+  pthread_mutex_unlock(&lock);
+  if (!found) return ERR_INVALID_VALUE;
+  if (getenv("FAKE_CUDA_SAY_MANAGED"))
+    fprintf(stderr, "fake_cuda: %s %#llx %zu to %s\n", fn, (unsigned long long)p, n, to);
+  return OK;
+}
+struct mem_location { int type, id; };
+EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, struct mem_location to, unsigned flags, CUstream s) {
+  (void)flags; (void)s;
+  if (to.type != 1 && to.type != 2) return ERR_INVALID_VALUE;
+  return prefetch("cuMemPrefetchAsync_v2", p, n, to.type == 2 ? "host" : "device");
+}
+EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, int dev, CUstream s) {
+  (void)s; return prefetch("cuMemPrefetchAsync", p, n, dev < 0 ? "host" : "device");
+}
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned elem) {
   (void)elem; if (!pitch) return ERR_INVALID_VALUE;
   size_t pt = (w + 511) & ~(size_t)511;
