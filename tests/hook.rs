@@ -1404,3 +1404,88 @@ users = ["{uid}"]
     let first = moves[0].split_whitespace().nth(2).unwrap();
     assert!(back.iter().all(|l| l.split_whitespace().nth(2) == Some(first)), "oldest first: {moves:#?}");
 }
+
+/// Python start-up code (`gpushare run` puts dist/python first on PYTHONPATH): the program's own
+/// sitecustomize still runs, and the hook tells PyTorch's cache release when to act: only for a
+/// client with release_cache, only once others wait for the token, and only when the lease ends
+/// before the next iteration would.
+#[test]
+fn python_start_up_chains_and_cache_release_follows_the_token() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    if Command::new("python3").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: python3 is not installed");
+        return;
+    }
+    let theirs = tempfile::tempdir().unwrap();
+    std::fs::write(theirs.path().join("sitecustomize.py"), "print('theirs')\n").unwrap();
+    let python_dir = Path::new(ROOT).join("dist/python");
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print('main', 'torch' in sys.modules)"])
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", python_dir.display(), theirs.path().display()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "theirs\nmain False\n");
+
+    let d = Daemon::start(
+        r#"[clients.rel]
+release_cache = true
+users = ["{uid}"]
+[clients.keep]
+users = ["{uid}"]
+"#,
+    );
+    // Drives the fake driver through ctypes (dlsym, as the hook sees it) and asks the hook.
+    let script = r#"
+import ctypes, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+me = ctypes.CDLL(None)
+due, wanted = me.gpushare_release_due, me.gpushare_release_wanted
+due.argtypes = [ctypes.c_uint64]
+print("before", wanted())
+assert cuda.cuInit(0) == 0
+ns = ctypes.c_uint64(1_000_000)
+params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(ns), ctypes.c_void_p))
+def launch(n):
+    for _ in range(n):
+        assert cuda.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, None, params, None) == 0
+launch(1)
+print("attached", wanted(), "alone", due(10**12))
+time.sleep(float(sys.argv[1]))
+launch(int(sys.argv[2]))
+print("contended", due(10**12))
+"#;
+    let f = fakes().unwrap();
+    let py = |client: &str, wait: &str, n: &str| {
+        Command::new("python3")
+            .args(["-c", script, wait, n])
+            .env("LD_LIBRARY_PATH", &f.dir)
+            .env("LD_PRELOAD", hook("debug"))
+            .env("GPUSHARE_SOCKET", &d.socket)
+            .env("GPUSHARE_CLIENT", client)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Both launch kernels of 1 ms at the same time, so that leases end with the other one
+    // waiting; "keep" launches more, so it still waits when "rel" asks.
+    let (a, b) = (py("rel", "0.5", "80"), py("keep", "0.5", "250"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let (out_a, out_b) = (
+        String::from_utf8_lossy(&a.stdout),
+        String::from_utf8_lossy(&b.stdout),
+    );
+    assert!(
+        a.status.success() && b.status.success(),
+        "{out_a}{}{out_b}{}",
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    assert_eq!(out_a, "before -1\nattached 1 alone 0\ncontended 1\n");
+    assert_eq!(out_b, "before -1\nattached 0 alone 0\ncontended 0\n");
+}

@@ -263,13 +263,26 @@ pub fn after_fork_in_child() {
     unsafe { TABLE.reset(Table::new()) };
 }
 
-/// For PyTorch's cache release (see `python/gpushare_release.py`): 1 when the process should
+/// For PyTorch's cache release (see `dist/python/gpushare_release.py`): 1 when the process should
 /// release its allocator's cached memory now, given that its next iteration takes about
 /// `iteration_ns`.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpushare_release_due(iteration_ns: u64) -> i32 {
     std::panic::catch_unwind(|| release_due(iteration_ns.saturating_mul(3) / 2))
         .map_or(0, i32::from)
+}
+
+/// For PyTorch's cache release: -1 before this process attached to the daemon, 1 when its
+/// client releases cached memory, 0 otherwise.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpushare_release_wanted() -> i32 {
+    match crate::session::state_if_tried() {
+        None => -1,
+        Some(crate::session::Attach::Managed) => {
+            i32::from(FLAGS.load(Acquire) & MEMORY_RELEASE_CACHE != 0)
+        }
+        Some(_) => 0,
+    }
 }
 
 #[cfg(test)]

@@ -99,6 +99,10 @@ pub enum Command {
         /// The hook library to preload.
         #[arg(long, env = "GPUSHARE_HOOK", default_value = run::DEFAULT_HOOK)]
         hook: PathBuf,
+        /// Python start-up code put first on PYTHONPATH (PyTorch's cache release, for clients
+        /// with release_cache); skipped when the directory does not exist.
+        #[arg(long, env = "GPUSHARE_PYTHON", default_value = run::DEFAULT_PYTHON)]
+        python: PathBuf,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -190,10 +194,11 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     if let Command::Run {
         name,
         hook,
+        python,
         command,
     } = cli.command
     {
-        return run::exec(name.as_deref(), &hook, &command)
+        return run::exec(name.as_deref(), &hook, &python, &command)
             .map_err(|message| Failure { message, code: 1 });
     }
     if let Command::Check { name, socket } = &cli.command {

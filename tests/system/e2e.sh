@@ -429,6 +429,8 @@ check "the upgrade kept the admin's config" ctr grep -qx 'request = 0.3' /etc/gp
 # ---- CLI and hook wiring ----
 check "gpushare run preloads the hook and names the client" \
     output_is "/usr/lib/x86_64-linux-gnu/libgpushare.so train" as bob gpushare run --name train -- sh -c 'echo "$LD_PRELOAD $GPUSHARE_CLIENT"'
+check "gpushare run puts the Python start-up code first on PYTHONPATH" \
+    output_is "/usr/lib/gpushare/python:/x" as bob env PYTHONPATH=/x gpushare run -- sh -c 'echo "$PYTHONPATH"'
 mkdir -p "$root/home/bob/.config/gpushare"
 touch "$root/home/bob/.config/gpushare/auto"
 check "profile.d: a user who opted in gets the hook at login" \
