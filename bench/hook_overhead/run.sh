@@ -3,8 +3,9 @@
 #   bench/hook_overhead/run.sh [OUTPUT_DIR]
 # Writes hook_overhead.jsonl and hook_overhead_summary.json there.
 #
-# Overhead is measured in alternating rounds, each a fresh process pinned to the same CPUs
-# (PIN, default 2-3): an empty-kernel launch loop (1e6 launches, static cudart, which resolves the
+# Overhead is measured in alternating rounds of fresh processes, the order rotating from round
+# to round (so that no variant always runs first after an idle GPU), optionally pinned to the
+# CPUs in PIN (taskset): an empty-kernel launch loop (1e6 launches, static cudart, which resolves the
 # driver through cuGetProcAddress) plain, under the hook attached to a daemon (token held), and
 # under the hook with no daemon; PyTorch's launch-bound loops (a tensor add, a small-MLP training
 # step) plain and under the hook. The summary gives the median of the per-round ratios and a
@@ -24,9 +25,9 @@ out=$outdir/hook_overhead.jsonl
 rounds=${ROUNDS:-10}
 launches=${LAUNCHES:-1000000}
 iters=${ITERS:-100000}
-mlp_iters=${MLP_ITERS:-10000}
+mlp_iters=${MLP_ITERS:-5000}
 cap=${CAP:-4GiB}
-pin=${PIN:-2-3}
+pin=${PIN:-}
 hook="$target/libgpushare.so"
 gpushared="$target/gpushared"
 for f in "$hook" "$gpushared"; do
@@ -66,13 +67,13 @@ gcc -O1 -shared -fPIC -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -o "$work/libcuda.
   "$root/tests/fakes/fake_cuda.c" -lpthread
 gcc -O2 -o "$work/wrapper_cost" "$here/wrapper_cost.c" -ldl
 
-pinned() { if command -v taskset >/dev/null; then taskset -c "$pin" "$@"; else "$@"; fi; }
+pinned() { if [[ -n $pin ]]; then taskset -c "$pin" "$@"; else "$@"; fi; }
 hooked() { LD_PRELOAD="$hook" pinned "$@"; }
 undaemoned() { GPUSHARE_SOCKET=$work/none.sock LD_PRELOAD="$hook" pinned "$@" 2>/dev/null; }
 
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/# gpu: /'
-  echo "# $(date -u +%FT%TZ) rounds=$rounds pinned to CPUs $pin, clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
+  echo "# $(date -u +%FT%TZ) rounds=$rounds pinned to CPUs ${pin:-(any)}, clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 } >>"$out"
 
 # The hook's own cost per launch, against the test double (no GPU involved).
@@ -81,16 +82,27 @@ for r in $(seq 5); do
   LD_LIBRARY_PATH=$work hooked "$work/wrapper_cost" 10000000 "hook.$r" >>"$out"
 done
 
+# Round r runs the variants starting from the (r mod count)-th.
+rotated() { local r=$1; shift; local n=$#; local i; for i in $(seq 0 $((n - 1))); do
+  local k=$(( (r + i) % n + 1 )); echo "${!k}"; done; }
 for r in $(seq "$rounds"); do
-  pinned "$work/launch_loop" "$launches" "plain.$r" >>"$out"
-  hooked "$work/launch_loop" "$launches" "hook.$r" >>"$out"
-  undaemoned "$work/launch_loop" "$launches" "nodaemon.$r" >>"$out"
+  for v in $(rotated "$r" plain hook nodaemon); do
+    case $v in
+      plain) pinned "$work/launch_loop" "$launches" "plain.$r" ;;
+      hook) hooked "$work/launch_loop" "$launches" "hook.$r" ;;
+      nodaemon) undaemoned "$work/launch_loop" "$launches" "nodaemon.$r" ;;
+    esac >>"$out"
+  done
 done
 for r in $(seq "$rounds"); do
-  pinned python3 "$here/torch_bench.py" add "$iters" "plain.$r" >>"$out"
-  hooked python3 "$here/torch_bench.py" add "$iters" "hook.$r" >>"$out"
-  pinned python3 "$here/torch_bench.py" mlp "$mlp_iters" "plain.$r" >>"$out"
-  hooked python3 "$here/torch_bench.py" mlp "$mlp_iters" "hook.$r" >>"$out"
+  for v in $(rotated "$r" plain hook); do
+    case $v in
+      plain) pinned python3 "$here/torch_bench.py" add "$iters" "plain.$r"
+             pinned python3 "$here/torch_bench.py" mlp "$mlp_iters" "plain.$r" ;;
+      hook) hooked python3 "$here/torch_bench.py" add "$iters" "hook.$r"
+            hooked python3 "$here/torch_bench.py" mlp "$mlp_iters" "hook.$r" ;;
+    esac >>"$out"
+  done
 done
 
 # The cap: PyTorch must stop at $cap with OutOfMemoryError, and mem_get_info must show it.

@@ -13,7 +13,7 @@ target=${TARGET:-$root/target/release}
 outdir=${1:-${OUT:-$here}}
 out=$outdir/latency.jsonl
 span=${SPAN:-10}
-phases=${PHASES:-solo timeslice mps mps_priority gpushare gpushare_mps gpushare_mps_priority}
+phases=${PHASES:-solo gpushare_solo timeslice mps mps_priority gpushare gpushare_mps gpushare_mps_priority}
 mps_bin=${MPS_BIN:-/usr/local/nvidia/bin}
 trainer=$root/bench/share/matmul_job.py
 infer=$here/infer_job.py
@@ -53,7 +53,7 @@ stop_mps() {
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
-# MPS(true|false) CONCURRENT_LEASES TRAINER_EXTRA_TOML
+# MPS(true|false) CONCURRENT_LEASES TRAINER_EXTRA_TOML (more keys of the trainers' client)
 start_gpushared() {
   cat >"$work/gpushare.toml" <<TOML
 [daemon]
@@ -89,7 +89,7 @@ for phase in $phases; do
       python3 "$infer" infer --phase solo --start "$(at 2)" --until "$(at $((span + 2)))" >>"$out" ;;
     timeslice) run_phase timeslice "" "" ;;
     mps) start_mps; run_phase mps "" ""; stop_mps ;;
-    mps_priority)  # the trainers as MPS clients of below-normal priority
+    mps_priority)  # the trainers as MPS clients of below-normal priority, set by hand
       start_mps; run_phase mps_priority "CUDA_MPS_CLIENT_PRIORITY=1" ""; stop_mps ;;
     gpushare_solo)
       start_gpushared false 1 ""
@@ -102,8 +102,8 @@ for phase in $phases; do
       start_gpushared true 4 ""
       run_phase gpushare_mps "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
     gpushare_mps_priority)
-      start_gpushared true 4 ""
-      run_phase gpushare_mps_priority "$hook GPUSHARE_CLIENT=train CUDA_MPS_CLIENT_PRIORITY=1" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
+      start_gpushared true 4 'mps_priority = "below-normal"'
+      run_phase gpushare_mps_priority "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
   esac
 done
 

@@ -5,8 +5,8 @@
 //! it moves its memory back, oldest allocations first (model state before scratch), up to the
 //! client's resident budget. Without these prefetches the pages would move one fault at a time.
 //!
-//! `GPUSHARE_PREFETCH=0` turns the prefetches off (oversubscription by page faults alone), for
-//! comparison.
+//! For comparison, `GPUSHARE_PREFETCH=out` moves memory out at hand-overs but lets it come back
+//! by page faults, and `GPUSHARE_PREFETCH=0` moves nothing (the driver moves pages on demand).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
@@ -19,7 +19,8 @@ use crate::fork_safe::ForkSafe;
 
 static FLAGS: AtomicU32 = AtomicU32::new(0);
 static RESIDENT: AtomicU64 = AtomicU64::new(NO_CAP);
-static PREFETCH: AtomicBool = AtomicBool::new(true);
+static PREFETCH_OUT: AtomicBool = AtomicBool::new(true);
+static PREFETCH_IN: AtomicBool = AtomicBool::new(true);
 /// This process's memory was moved to the host at its last hand-over.
 static EVICTED: AtomicBool = AtomicBool::new(false);
 /// Others waited for the token when this process's last lease ended.
@@ -80,10 +81,9 @@ pub fn restore_plan(allocations: &[(u64, u64)], budget: u64) -> Vec<(u64, u64)> 
 /// Takes the client's memory settings from the daemon's welcome.
 pub fn configure(flags: u32, resident: u64) {
     RESIDENT.store(resident, Relaxed);
-    PREFETCH.store(
-        std::env::var("GPUSHARE_PREFETCH").map_or(true, |v| v != "0"),
-        Relaxed,
-    );
+    let mode = std::env::var("GPUSHARE_PREFETCH").unwrap_or_default();
+    PREFETCH_OUT.store(mode != "0", Relaxed);
+    PREFETCH_IN.store(mode != "0" && mode != "out", Relaxed);
     FLAGS.store(flags, Release);
 }
 
@@ -125,7 +125,7 @@ pub fn alone() {
 /// host before the token moves on.
 pub fn hand_over() {
     CONTENDED.store(true, Relaxed);
-    if !oversubscribing() || !PREFETCH.load(Relaxed) {
+    if !oversubscribing() || !PREFETCH_OUT.load(Relaxed) {
         return;
     }
     let mut table = TABLE.lock();
@@ -138,7 +138,7 @@ pub fn hand_over() {
 /// The token came back: move the memory moved out at the hand-over back, up to the resident
 /// budget.
 pub fn regained() {
-    if !EVICTED.swap(false, Relaxed) {
+    if !EVICTED.swap(false, Relaxed) || !PREFETCH_IN.load(Relaxed) {
         return;
     }
     let mut table = TABLE.lock();

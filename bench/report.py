@@ -1,0 +1,150 @@
+"""Tables (summary.md) and a plot (summary.png, with matplotlib) from a bench/run.sh results
+directory:   python3 bench/report.py RESULTS_DIR
+Reads the *_summary.json files the scenarios wrote; scenarios that did not run are left out.
+"""
+import json
+import os
+import sys
+
+d = sys.argv[1]
+
+
+def load(name):
+    p = os.path.join(d, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+
+
+def f(x, n=3):
+    return "-" if x is None else f"{x:.{n}f}"
+
+
+md = ["# Benchmark summary", ""]
+if os.path.exists(os.path.join(d, "device.txt")):
+    md += ["Device: " + open(os.path.join(d, "device.txt")).read().strip().replace("\n", "; "), ""]
+
+ov = load("hook_overhead_summary.json")
+if ov:
+    md += ["## Hook overhead (time under the hook / time without, per round; median, 95% interval)", "",
+           "| loop | rounds | without | with | ratio | 95% interval |", "| --- | --- | --- | --- | --- | --- |"]
+    names = {"launch_loop": "empty-kernel launches (ns each), daemon attached",
+             "launch_loop_no_daemon": "empty-kernel launches (ns each), no daemon",
+             "torch_add": "PyTorch tensor add (us each)", "torch_mlp": "PyTorch small-MLP step (us each)",
+             "wrapper_cost": "test-double driver, no GPU (ns each)"}
+    for k, label in names.items():
+        v = ov.get(k)
+        if v:
+            other = v.get("hook_median", v.get("nodaemon_median"))
+            md.append(f"| {label} | {v['rounds']} | {f(v['plain_median'], 1)} | {f(other, 1)} | "
+                      f"{f(v['median_ratio'], 4)} | {f(v['ci95'][0], 4)}-{f(v['ci95'][1], 4)} |")
+    md.append("")
+
+lat = load("latency_summary.json")
+if lat:
+    md += ["## Latency isolation (inference client, batch 1-8, beside 3 trainers)", "",
+           "| mode | requests | p50 ms | p99 ms | p50 / solo | p99 / solo | trainer steps/s |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for k, v in lat.items():
+        md.append(f"| {k} | {v['requests']} | {f(v['p50_ms'], 2)} | {f(v['p99_ms'], 2)} | "
+                  f"{f(v.get('p50_vs_solo'), 2)} | {f(v.get('p99_vs_solo'), 2)} | {f(v['trainer_iters_per_s'], 0)} |")
+    md.append("")
+
+osub = load("oversubscribe_summary.json")
+if osub:
+    md += ["## Oversubscription (PyTorch training jobs, managed memory, hand-overs)", "",
+           "| mode | jobs | aggregate steps/s | vs one job alone | mean GPU memory MiB | max MiB | weights as solo |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for k, v in osub.items():
+        if k == "solo":
+            continue
+        md.append(f"| {k} | {v['jobs']} | {f(v['aggregate_steps_per_s'], 2)} | {f(v['vs_solo'], 3)} | "
+                  f"{f(v['gpu_used_mib_mean'], 0)} | {f(v['gpu_used_mib_max'], 0)} | {v['all_correct']} |")
+    md.append("")
+
+caps = load("caps_summary.json")
+if caps:
+    md += ["## Memory caps", "", "| process | cap | reached | OOM at the cap | total seen |",
+           "| --- | --- | --- | --- | --- |"]
+    for k, v in caps.items():
+        if isinstance(v, dict) and "cap" in v:
+            md.append(f"| {k} | {v['cap']} | {v['reached']} | {v['at_cap']} | {v['total_seen']} |")
+    md.append("")
+
+share = load("share_summary.json")
+if share:
+    md += ["## Share accuracy and work conservation", "", "| scenario | job | share of solo rate |",
+           "| --- | --- | --- |"]
+    for k, v in share.items():
+        if isinstance(v, dict) and "jobs" in v:
+            for j, x in v["jobs"].items():
+                md.append(f"| {k} | {j} | {f(x['share'])} |")
+    md.append("")
+
+thr = load("throughput_summary.json")
+if thr:
+    md += ["## Aggregate throughput", "", "| mode | jobs | vs one job | vs time-slicing | vs MPS |",
+           "| --- | --- | --- | --- | --- |"]
+    for k, v in thr.items():
+        if isinstance(v, dict):
+            md.append(f"| {k} | {v['jobs']} | {f(v['vs_solo'])} | {f(v.get('vs_timeslice'))} | {f(v.get('vs_mps'))} |")
+    md.append("")
+
+open(os.path.join(d, "summary.md"), "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("matplotlib is not installed: no summary.png", file=sys.stderr)
+    sys.exit(0)
+
+panels = [p for p in (ov, lat, osub, thr) if p]
+if not panels:
+    sys.exit(0)
+fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5))
+axes = list(axes) if len(panels) > 1 else [axes]
+ax = iter(axes)
+if ov:
+    a = next(ax)
+    keys = [k for k in ("launch_loop", "launch_loop_no_daemon", "torch_add", "torch_mlp") if ov.get(k)]
+    med = [ov[k]["median_ratio"] for k in keys]
+    err = [[m - ov[k]["ci95"][0] for k, m in zip(keys, med)], [ov[k]["ci95"][1] - m for k, m in zip(keys, med)]]
+    a.bar(range(len(keys)), med, yerr=err, capsize=4, color="#4c72b0")
+    a.axhline(1.0, color="k", lw=0.8)
+    a.axhline(1.01, color="r", lw=0.8, ls="--", label="target 1.01")
+    a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=8)
+    a.set_ylim(min(0.9, min(med) - 0.05), max(1.1, max(med) + 0.05))
+    a.set_title("Hook overhead (with / without)")
+    a.legend(fontsize=8)
+if lat:
+    a = next(ax)
+    keys = list(lat)
+    a.bar([i - 0.2 for i in range(len(keys))], [lat[k]["p50_ms"] for k in keys], 0.4, label="p50")
+    a.bar([i + 0.2 for i in range(len(keys))], [lat[k]["p99_ms"] for k in keys], 0.4, label="p99")
+    if "solo" in lat:
+        a.axhline(1.5 * lat["solo"]["p99_ms"], color="r", ls="--", lw=0.8, label="1.5 x solo p99")
+    a.set_yscale("log")
+    a.set_ylabel("ms")
+    a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=7)
+    a.set_title("Inference latency beside 3 trainers")
+    a.legend(fontsize=8)
+if osub:
+    a = next(ax)
+    keys = [k for k in osub if k != "solo"]
+    a.bar(range(len(keys)), [osub[k]["aggregate_steps_per_s"] for k in keys], color="#55a868")
+    a.set_ylabel("aggregate steps/s")
+    a2 = a.twinx()
+    a2.plot(range(len(keys)), [osub[k]["gpu_used_mib_mean"] / 1024 for k in keys], "ko-", label="mean GPU GiB")
+    a2.set_ylabel("mean GPU memory (GiB)")
+    a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=8)
+    a.set_title("Oversubscription")
+if thr:
+    a = next(ax)
+    keys = [k for k, v in thr.items() if isinstance(v, dict)]
+    a.bar(range(len(keys)), [thr[k]["vs_solo"] for k in keys], color="#c44e52")
+    a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=6)
+    a.set_ylabel("work / one job alone")
+    a.set_title("Aggregate throughput")
+fig.tight_layout()
+fig.savefig(os.path.join(d, "summary.png"), dpi=110)
