@@ -13,7 +13,7 @@ target=${TARGET:-$root/target/release}
 outdir=${1:-${OUT:-$here}}
 out=$outdir/latency.jsonl
 span=${SPAN:-10}
-phases=${PHASES:-solo gpushare_solo timeslice mps mps_priority gpushare gpushare_mps gpushare_mps_priority}
+phases=${PHASES:-solo gpushare_solo timeslice mps mps_priority gpushare gpushare_mps gpushare_mps_priority gpushare_mps_isolated}
 mps_bin=${MPS_BIN:-/usr/local/nvidia/bin}
 trainer=$root/bench/share/matmul_job.py
 infer=$here/infer_job.py
@@ -104,6 +104,10 @@ for phase in $phases; do
     gpushare_mps_priority)
       start_gpushared true 4 'mps_priority = "below-normal"'
       run_phase gpushare_mps_priority "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
+    gpushare_mps_isolated)  # below-normal priority and at most half of the SMs for the trainers
+      start_gpushared true 4 'mps_priority = "below-normal"
+mps_thread_percentage = 50'
+      run_phase gpushare_mps_isolated "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
   esac
 done
 
