@@ -397,9 +397,10 @@ impl Config {
             )?,
             managed_memory: match &g.managed_memory {
                 Some(MemoryValue::Text(t)) if t == "auto" => None,
-                Some(m) => Some(m.bytes("gpu.managed_memory")?.ok_or(
-                    "gpu.managed_memory: must be more than zero, or \"auto\"",
-                )?),
+                Some(m) => Some(
+                    m.bytes("gpu.managed_memory")?
+                        .ok_or("gpu.managed_memory: must be more than zero, or \"auto\"")?,
+                ),
                 None => None,
             },
         };

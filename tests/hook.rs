@@ -1380,14 +1380,28 @@ users = ["{uid}"]
         String::from_utf8_lossy(&a.stderr),
     );
     let out_b = String::from_utf8_lossy(&b.stdout);
-    assert!(a.status.success() && b.status.success(), "{out_a}{err_a}{out_b}");
+    assert!(
+        a.status.success() && b.status.success(),
+        "{out_a}{err_a}{out_b}"
+    );
     // Two GiB of managed memory on a 1 GiB device; the pool of 2 GiB is then full.
-    assert_eq!(line(&out_a, &format!("alloc {gib}")), format!("alloc {gib} -> 0"));
+    assert_eq!(
+        line(&out_a, &format!("alloc {gib}")),
+        format!("alloc {gib} -> 0")
+    );
     assert_eq!(err_a.matches("fake_cuda: managed").count(), 2, "{err_a}");
     assert!(err_a.contains("flags 1"), "attached globally: {err_a}");
-    assert_eq!(line(&out_a, "alloc 1048576"), "alloc 1048576 -> 2", "{out_a}");
+    assert_eq!(
+        line(&out_a, "alloc 1048576"),
+        "alloc 1048576 -> 2",
+        "{out_a}"
+    );
     // The other client's allocations stay device memory (2 GiB do not fit in 1 GiB).
-    assert_eq!(line(&out_b, "alloc 2147483648"), "alloc 2147483648 -> 2", "{out_b}");
+    assert_eq!(
+        line(&out_b, "alloc 2147483648"),
+        "alloc 2147483648 -> 2",
+        "{out_b}"
+    );
     // Out in bulk at each hand-over, both allocations; back only the first (1 GiB budget).
     let moves: Vec<&str> = err_a
         .lines()
@@ -1398,11 +1412,16 @@ users = ["{uid}"]
     assert!(out >= 4 && out % 2 == 0, "{moves:#?}");
     assert!(!back.is_empty() && back.len() >= out / 2 - 1, "{moves:#?}");
     assert!(
-        back.iter().all(|l| l.contains(&format!(" {gib} to device"))),
+        back.iter()
+            .all(|l| l.contains(&format!(" {gib} to device"))),
         "{moves:#?}"
     );
     let first = moves[0].split_whitespace().nth(2).unwrap();
-    assert!(back.iter().all(|l| l.split_whitespace().nth(2) == Some(first)), "oldest first: {moves:#?}");
+    assert!(
+        back.iter()
+            .all(|l| l.split_whitespace().nth(2) == Some(first)),
+        "oldest first: {moves:#?}"
+    );
 }
 
 /// Python start-up code (`gpushare run` puts dist/python first on PYTHONPATH): the program's own

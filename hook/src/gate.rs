@@ -14,8 +14,8 @@ use crate::clock::{fast_deadline, fast_now, now_ns};
 use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
-use crate::session::{self, Attach};
 use crate::residency;
+use crate::session::{self, Attach};
 use crate::streams;
 
 /// End of the current lease in [`fast_now`] units; 0 = no lease, `u64::MAX` = ungated.

@@ -211,8 +211,7 @@ fn prefetch(table: &mut Table, ranges: &[(u64, u64)], device: Option<i32>) -> bo
     let Some(stream) = stream(table) else {
         return false;
     };
-    type PrefetchV2 =
-        unsafe extern "C" fn(CUdeviceptr, usize, Location, u32, CUstream) -> CUresult;
+    type PrefetchV2 = unsafe extern "C" fn(CUdeviceptr, usize, Location, u32, CUstream) -> CUresult;
     type PrefetchV1 = unsafe extern "C" fn(CUdeviceptr, usize, i32, CUstream) -> CUresult;
     type Sync = unsafe extern "C" fn(CUstream) -> CUresult;
     // SAFETY: the driver's signatures of these functions.

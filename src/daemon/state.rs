@@ -5,8 +5,7 @@
 
 use super::identity::Identity;
 use crate::config::{
-    check_client_name, check_request_sum, Access, ClientSpec, Config, MemoryMode, MpsShare,
-    Share,
+    check_client_name, check_request_sum, Access, ClientSpec, Config, MemoryMode, MpsShare, Share,
 };
 use crate::protocol::{ErrorCode, Reply, MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP};
 use crate::scheduler::{ClientId, Nanos, Scheduler, SessionId, Shares};
