@@ -74,7 +74,7 @@ pub struct MpsShare {
 }
 
 /// Scheduling priority of an MPS client's work against other clients' work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MpsPriority {
     #[default]
@@ -88,14 +88,6 @@ impl MpsPriority {
         match self {
             MpsPriority::Normal => 0,
             MpsPriority::BelowNormal => 1,
-        }
-    }
-
-    pub fn from_level(level: u32) -> MpsPriority {
-        if level == 0 {
-            MpsPriority::Normal
-        } else {
-            MpsPriority::BelowNormal
         }
     }
 
@@ -117,6 +109,27 @@ pub struct MemoryMode {
     pub resident: Option<u64>,
     /// PyTorch clients release their allocator's unused cached memory while others wait.
     pub release_cache: bool,
+}
+
+impl MemoryMode {
+    /// A resident budget needs oversubscription and fits the client's memory `cap`; `what`
+    /// names the client in the message.
+    pub fn check(&self, what: &str, cap: Option<u64>) -> Result<(), String> {
+        let Some(resident) = self.resident else {
+            return Ok(());
+        };
+        if !self.oversubscribe {
+            return Err(format!(
+                "{what}: resident needs oversubscribe = true (it sizes the managed memory moved in)"
+            ));
+        }
+        match cap {
+            Some(cap) if resident > cap => Err(format!(
+                "{what}: resident ({resident} bytes) is above the client's memory cap ({cap} bytes)"
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Who may attach as a named client.
@@ -439,19 +452,6 @@ impl Config {
                 Some(m) => m.bytes(&format!("{what}.resident"))?,
                 None => None,
             };
-            let oversubscribe = c.oversubscribe.unwrap_or(false);
-            if resident.is_some() && !oversubscribe {
-                return Err(format!(
-                    "{what}: resident needs oversubscribe = true (it sizes the managed memory moved in)"
-                ));
-            }
-            if let (Some(r), Some(cap)) = (resident, share.memory) {
-                if r > cap {
-                    return Err(format!(
-                        "{what}: resident ({r} bytes) is above the client's memory cap ({cap} bytes)"
-                    ));
-                }
-            }
             let spec = ClientSpec {
                 name: name.clone(),
                 share,
@@ -461,7 +461,7 @@ impl Config {
                     priority: c.mps_priority.unwrap_or_default(),
                 },
                 memory_mode: MemoryMode {
-                    oversubscribe,
+                    oversubscribe: c.oversubscribe.unwrap_or(false),
                     resident,
                     release_cache: c.release_cache.unwrap_or(false),
                 },
@@ -470,6 +470,7 @@ impl Config {
                     groups: c.groups.clone(),
                 },
             };
+            spec.memory_mode.check(&what, spec.share.memory)?;
             clients.insert(name.clone(), spec);
         }
         check_request_sum(clients.values().map(|c| (c.name.as_str(), c.share.request)))?;

@@ -141,7 +141,8 @@ fn renew(stream: Stream) {
     }
 }
 
-fn current_context() -> usize {
+/// The context current in this thread (0: none, or it cannot be read).
+pub fn current_context() -> usize {
     type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
     let mut ctx = std::ptr::null_mut();
     // SAFETY: signature of cuCtxGetCurrent; valid out-pointer.

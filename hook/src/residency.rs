@@ -8,7 +8,6 @@
 //! For comparison, `GPUSHARE_PREFETCH=out` moves memory out at hand-overs but lets it come back
 //! by page faults, and `GPUSHARE_PREFETCH=0` moves nothing (the driver moves pages on demand).
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
 use proto::protocol::{MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP};
@@ -129,8 +128,10 @@ pub fn hand_over() {
         return;
     }
     let mut table = TABLE.lock();
-    let all: Vec<(u64, u64)> = table.allocations.clone();
-    if prefetch(&mut table, &all, None) {
+    let Some(stream) = stream(&mut table) else {
+        return;
+    };
+    if prefetch(stream, &table.allocations, None) {
         EVICTED.store(true, Relaxed);
     }
 }
@@ -142,19 +143,25 @@ pub fn regained() {
         return;
     }
     let mut table = TABLE.lock();
-    let plan = restore_plan(&table.allocations, RESIDENT.load(Relaxed));
-    let Some(device) = current_device() else {
+    let (Some(device), Some(stream)) = (current_device(), stream(&mut table)) else {
         return;
     };
-    prefetch(&mut table, &plan, Some(device));
+    prefetch(
+        stream,
+        &restore_plan(&table.allocations, RESIDENT.load(Relaxed)),
+        Some(device),
+    );
 }
 
 /// True when a PyTorch process should release its cached memory now: its client asks for it,
 /// others wait for the token, and the lease ends within `horizon_ns` (or is over).
 pub fn release_due(horizon_ns: u64) -> bool {
+    releasing_cache() && CONTENDED.load(Relaxed) && crate::gate::lease_left_ns() <= horizon_ns
+}
+
+/// The client releases PyTorch's cached memory (`release_cache`).
+fn releasing_cache() -> bool {
     FLAGS.load(Acquire) & MEMORY_RELEASE_CACHE != 0
-        && CONTENDED.load(Relaxed)
-        && crate::gate::lease_left_ns() <= horizon_ns
 }
 
 fn current_device() -> Option<i32> {
@@ -165,19 +172,9 @@ fn current_device() -> Option<i32> {
     (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
 }
 
-fn current_context() -> usize {
-    type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
-    let mut ctx = std::ptr::null_mut();
-    // SAFETY: the signature of cuCtxGetCurrent; a valid out-pointer.
-    match unsafe { helper::<F>(Helper::cuCtxGetCurrent) } {
-        Some(get) if unsafe { get(&mut ctx) } == CUDA_SUCCESS => ctx as usize,
-        _ => 0,
-    }
-}
-
 /// The hook's own stream in the current context (made on first use there).
 fn stream(table: &mut Table) -> Option<CUstream> {
-    let ctx = current_context();
+    let ctx = crate::gate::current_context();
     if ctx == 0 {
         return None;
     }
@@ -203,14 +200,11 @@ struct Location {
     id: i32,
 }
 
-/// Prefetches `ranges` to `device` (`None`: the host) on the hook's stream and waits for them.
-fn prefetch(table: &mut Table, ranges: &[(u64, u64)], device: Option<i32>) -> bool {
+/// Prefetches `ranges` to `device` (`None`: the host) on `stream` and waits for them.
+fn prefetch(stream: CUstream, ranges: &[(u64, u64)], device: Option<i32>) -> bool {
     if ranges.is_empty() {
         return true;
     }
-    let Some(stream) = stream(table) else {
-        return false;
-    };
     type PrefetchV2 = unsafe extern "C" fn(CUdeviceptr, usize, Location, u32, CUstream) -> CUresult;
     type PrefetchV1 = unsafe extern "C" fn(CUdeviceptr, usize, i32, CUstream) -> CUresult;
     type Sync = unsafe extern "C" fn(CUstream) -> CUresult;
@@ -277,9 +271,7 @@ pub extern "C" fn gpushare_release_due(iteration_ns: u64) -> i32 {
 pub extern "C" fn gpushare_release_wanted() -> i32 {
     match crate::session::state_if_tried() {
         None => -1,
-        Some(crate::session::Attach::Managed) => {
-            i32::from(FLAGS.load(Acquire) & MEMORY_RELEASE_CACHE != 0)
-        }
+        Some(crate::session::Attach::Managed) => i32::from(releasing_cache()),
         Some(_) => 0,
     }
 }

@@ -537,11 +537,8 @@ impl State {
     /// attached with, new ones get this.
     pub fn set_memory_mode(&mut self, name: &str, mode: MemoryMode) -> Result<(), StateError> {
         let c = self.clients.get_mut(name).ok_or_else(|| unknown(name))?;
-        if mode.resident.is_some() && !mode.oversubscribe {
-            return Err(StateError::InvalidArgument(
-                "a resident budget needs oversubscription".into(),
-            ));
-        }
+        mode.check(name, c.spec.share.memory)
+            .map_err(StateError::InvalidArgument)?;
         c.spec.memory_mode = mode;
         self.emit(Event::Changed {
             client: name.to_string(),
