@@ -321,3 +321,56 @@ fn interface_element(xml: &str, strip: bool) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+#[test]
+fn memory_modes_are_set_over_the_bus() {
+    require_root();
+    let bus = TestBus::start();
+    let d = Daemon::start(CONFIG, Some(&bus));
+    let set = |over: &str, resident: &str, release: &str| {
+        d.busctl(&[
+            "call",
+            "org.gpushare1",
+            "/org/gpushare1",
+            "org.gpushare1.Manager",
+            "SetMemoryMode",
+            "sbtb",
+            "train",
+            over,
+            resident,
+            release,
+        ])
+    };
+    let out = set("true", "1073741824", "true");
+    assert!(out.status.success(), "SetMemoryMode: {}", stderr(&out));
+    let train = d.client("train");
+    assert_eq!(train["oversubscribe"], true);
+    assert_eq!(train["resident"], 1u64 << 30);
+    assert_eq!(train["release_cache"], true);
+    assert_eq!(train["mps_priority"], "normal");
+
+    // a budget without oversubscription, and one above the 4 GiB cap, are refused
+    for (over, resident, sentence) in [
+        ("false", "1024", "needs oversubscribe"),
+        ("true", "8589934592", "above the client's memory cap"),
+    ] {
+        let out = set(over, resident, "false");
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(err.contains(sentence), "{err}");
+    }
+    assert_eq!(d.client("train")["resident"], 1u64 << 30, "nothing changed");
+
+    // nothing managed is held yet; the pool is the host's ("auto")
+    let out = d.busctl(&[
+        "get-property",
+        "org.gpushare1",
+        "/org/gpushare1",
+        "org.gpushare1.Manager",
+        "ManagedMemory",
+    ]);
+    let text = stdout(&out);
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(fields[..2], ["(tt)", "0"], "{text}");
+    assert!(fields[2].parse::<u64>().unwrap() > 0, "{text}");
+}
