@@ -71,22 +71,41 @@ if caps:
 
 share = load("share_summary.json")
 if share:
-    md += ["## Share accuracy and work conservation", "", "| scenario | job | share of solo rate |",
-           "| --- | --- | --- |"]
+    md += [f"## Share accuracy and work conservation (share of the solo rate, {f(share.get('window_s'), 0)} s windows)", "",
+           "| scenario | job | request | due | share | per window | worst window, points from due |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     for k, v in share.items():
         if isinstance(v, dict) and "jobs" in v:
             for j, x in v["jobs"].items():
-                md.append(f"| {k} | {j} | {f(x['share'])} |")
+                windows = " ".join(f(w) for w in x["windows"])
+                md.append(f"| {k} | {j} | {f(x['request'], 2)} | {f(x.get('due'))} | {f(x['share'])} | "
+                          f"{windows} | {f(x.get('max_error_points'), 1)} |")
     md.append("")
 
 thr = load("throughput_summary.json")
 if thr:
-    md += ["## Aggregate throughput", "", "| mode | jobs | vs one job | vs time-slicing | vs MPS |",
-           "| --- | --- | --- | --- | --- |"]
+    md += ["## Aggregate throughput (total work per second)", "",
+           "| workload | mode | jobs | vs one job | vs time-slicing | vs MPS |", "| --- | --- | --- | --- | --- | --- |"]
     for k, v in thr.items():
-        if isinstance(v, dict):
-            md.append(f"| {k} | {v['jobs']} | {f(v['vs_solo'])} | {f(v.get('vs_timeslice'))} | {f(v.get('vs_mps'))} |")
+        if isinstance(v, dict) and "jobs" in v:
+            md.append(f"| {v.get('workload', '-')} | {v.get('mode', k)} | {v['jobs']} | {f(v['vs_solo'])} | "
+                      f"{f(v.get('vs_timeslice'))} | {f(v.get('vs_mps'))} |")
     md.append("")
+
+compat = load("hook_compat_summary.json")
+if compat:
+    md += ["## Framework compatibility (results under the hook identical to without)", "",
+           "| program | identical |", "| --- | --- |"]
+    md += [f"| {k} | {v['identical']} |" for k, v in compat.items()]
+    md.append("")
+
+side = os.path.join(d, "gpu_side.jsonl")
+if os.path.exists(side):
+    checks = [json.loads(l) for l in open(side) if l.startswith("{") and '"check"' in l]
+    if checks:
+        md += ["## The GPU side", "", "| check | ok |", "| --- | --- |"]
+        md += [f"| {c['check']} | {c['ok']} |" for c in checks]
+        md.append("")
 
 open(os.path.join(d, "summary.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))
@@ -99,7 +118,7 @@ except ImportError:
     print("matplotlib is not installed: no summary.png", file=sys.stderr)
     sys.exit(0)
 
-panels = [p for p in (ov, lat, osub, thr) if p]
+panels = [p for p in (ov, lat, osub, share, thr) if p]
 if not panels:
     sys.exit(0)
 fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5))
@@ -139,11 +158,24 @@ if osub:
     a2.set_ylabel("mean GPU memory (GiB)")
     a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=8)
     a.set_title("Oversubscription")
+if share:
+    a = next(ax)
+    for k, v in share.items():
+        if isinstance(v, dict) and "jobs" in v and any("due" in x for x in v["jobs"].values()):
+            pts = [(x["due"], w) for x in v["jobs"].values() if "due" in x for w in x["windows"]]
+            a.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=4, alpha=0.7, label=k)
+    a.plot([0, 1], [0, 1], "k-", lw=0.8)
+    a.set_xscale("log")
+    a.set_yscale("log")
+    a.set_xlabel("share due (request / requests running)")
+    a.set_ylabel("share achieved, per window")
+    a.set_title("Share accuracy")
+    a.legend(fontsize=7)
 if thr:
     a = next(ax)
-    keys = [k for k, v in thr.items() if isinstance(v, dict)]
+    keys = [k for k, v in thr.items() if isinstance(v, dict) and "jobs" in v]
     a.bar(range(len(keys)), [thr[k]["vs_solo"] for k in keys], color="#c44e52")
-    a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=6)
+    a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=5)
     a.set_ylabel("work / one job alone")
     a.set_title("Aggregate throughput")
 fig.tight_layout()

@@ -3,10 +3,12 @@
 # driver's default time-slicing where it applies, results under OUTPUT_DIR:
 #   bench/run.sh OUTPUT_DIR [PART...]        (run as root, from anywhere)
 # PARTs, each under ten minutes on an H100, run in the order given (default: all of them):
-#   1  hook overhead (launch loop, PyTorch add and MLP loops), latency isolation
-#   2  unified-memory oversubscription, memory caps
-#   3  share accuracy and work conservation, aggregate throughput
-#   4  framework compatibility (PyTorch, CuPy, JAX, nvcc), the GPU side (MPS, NVML, users)
+#   1  hook overhead (launch loop, PyTorch add and MLP loops)
+#   2  latency isolation, memory caps
+#   3  share accuracy and work conservation, framework compatibility (PyTorch, CuPy, JAX, nvcc)
+#   4  aggregate throughput (matmul and small-MLP jobs)
+#   5  unified-memory oversubscription
+#   6  the GPU side (MPS, NVML, users)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -16,7 +18,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench/run.sh OUTPUT_DIR [PART...]}
 shift
-parts=${*:-1 2 3 4}
+parts=${*:-1 2 3 4 5 6}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TARGET=${TARGET:-$here/../target/release}
@@ -35,14 +37,14 @@ step() { # NAME LIMIT_S COMMAND...
 } >"$out/device.txt"
 for part in $parts; do
   case $part in
-    1) step hook_overhead 330 "$here/hook_overhead/run.sh" "$out"
-       step latency 230 "$here/latency/run.sh" "$out" ;;
-    2) step oversubscribe 330 "$here/oversubscribe/run.sh" "$out"
+    1) step hook_overhead 560 "$here/hook_overhead/run.sh" "$out" ;;
+    2) step latency 400 "$here/latency/run.sh" "$out"
        step caps 150 "$here/caps/run.sh" "$out" ;;
-    3) SPAN=15 step share 200 "$here/share/run.sh" "$out"
-       step throughput 380 "$here/throughput/run.sh" "$out" ;;
-    4) step hook_compat 200 "$here/hook_compat/run.sh" "$out"
-       GPUSHARE_BIN=$TARGET step gpu_side 380 bash -c "'$here/gpu_side/run.sh' > '$out/gpu_side.jsonl'" ;;
+    3) step share 400 "$here/share/run.sh" "$out"
+       step hook_compat 150 "$here/hook_compat/run.sh" "$out" ;;
+    4) step throughput 560 "$here/throughput/run.sh" "$out" ;;
+    5) step oversubscribe 400 "$here/oversubscribe/run.sh" "$out" ;;
+    6) GPUSHARE_BIN=$TARGET step gpu_side 400 bash -c "'$here/gpu_side/run.sh' > '$out/gpu_side.jsonl'" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done

@@ -7,22 +7,16 @@
 # target/release). The GPU's settings are untouched.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-target=${TARGET:-$root/target/release}
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
 outdir=${1:-${OUT:-$here}}
 out=$outdir/caps.jsonl
 mkdir -p "$outdir"; : >"$out"
-work=$(mktemp -d)
-daemon=""
-cleanup() { [[ -n $daemon ]] && kill "$daemon" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
 {
-  printf '[gpu]\nnvml = false\nset_compute_mode = false\n'
+  gpu_toml false
   for g in 2 4 6 8 16; do printf '[clients.cap%s]\nmemory = "%sGiB"\nusers = ["*"]\n' "$g" "$g"; done
 } >"$work/gpushare.toml"
-"$target/gpushared" --config "$work/gpushare.toml" --socket-dir "$work/run" --bus none --log info 2>"$work/gpushared.log" &
-daemon=$!
-for _ in $(seq 100); do [[ -S $work/run/gpushare.sock ]] && break; sleep 0.1; done
+DAEMON_LOG=info gpushared_start "$work/gpushare.toml" "$work/gpushared.log" || exit 1
 export GPUSHARE_SOCKET=$work/run/gpushare.sock
 hooked() { local client=$1; shift; GPUSHARE_CLIENT=$client LD_PRELOAD=$target/libgpushare.so "$@"; }
 hooked cap16 python3 "$here/neighbour.py" 12 25 >"$work/neighbour.out" 2>&1 &

@@ -8,21 +8,15 @@
 # libgpushare.so prebuilt in $TARGET (default target/release). The GPU's settings are untouched.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-target=${TARGET:-$root/target/release}
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
 outdir=${1:-${OUT:-$here}}
 out=$outdir/hook_compat.jsonl
 mkdir -p "$outdir"; : >"$out"
-work=$(mktemp -d)
-daemon=""
-cleanup() { [[ -n $daemon ]] && kill "$daemon" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-printf '[gpu]\nnvml = false\nset_compute_mode = false\n[clients.capped]\nmemory = "8GiB"\nusers = ["*"]\n' >"$work/gpushare.toml"
-"$target/gpushared" --config "$work/gpushare.toml" --socket-dir "$work/run" --bus none --log info 2>"$work/gpushared.log" &
-daemon=$!
-for _ in $(seq 100); do [[ -S $work/run/gpushare.sock ]] && break; sleep 0.1; done
+{ gpu_toml false; printf '[clients.capped]\nmemory = "8GiB"\nusers = ["*"]\n'; } >"$work/gpushare.toml"
+DAEMON_LOG=info gpushared_start "$work/gpushare.toml" "$work/gpushared.log" || exit 1
 export GPUSHARE_SOCKET=$work/run/gpushare.sock GPUSHARE_CLIENT=capped CUBLAS_WORKSPACE_CONFIG=:4096:8
-hook=$target/libgpushare.so
+preload=$target/libgpushare.so
 tag() { python3 -c 'import json,sys; t=sys.argv[1]
 for l in sys.stdin:
     l=l.strip()
@@ -30,10 +24,10 @@ for l in sys.stdin:
 
 nvcc -O2 -arch=sm_90 -o "$work/launch_ex" "$here/launch_ex.cu" 2>>"$out.err"
 "$work/launch_ex" | tag plain >>"$out"
-LD_PRELOAD=$hook "$work/launch_ex" | tag hook >>"$out"
+LD_PRELOAD=$preload "$work/launch_ex" | tag hook >>"$out"
 for fw in torch cupy jax; do
   python3 "$here/frameworks.py" $fw 2>>"$out.err" | tag plain >>"$out" || echo "{\"framework\":\"$fw\",\"run\":\"plain\",\"error\":\"failed, see hook_compat.jsonl.err\"}" >>"$out"
-  LD_PRELOAD=$hook python3 "$here/frameworks.py" $fw 2>>"$out.err" | tag hook >>"$out" || echo "{\"framework\":\"$fw\",\"run\":\"hook\",\"error\":\"failed\"}" >>"$out"
+  LD_PRELOAD=$preload python3 "$here/frameworks.py" $fw 2>>"$out.err" | tag hook >>"$out" || echo "{\"framework\":\"$fw\",\"run\":\"hook\",\"error\":\"failed\"}" >>"$out"
 done
 python3 - "$out" <<'PY' | tee "$outdir/hook_compat_summary.json"
 import json, sys

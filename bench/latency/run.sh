@@ -3,36 +3,32 @@
 # bf16 matmul trainers, under the driver's default time-slicing, plain MPS and gpushare, side by
 # side in one run; p50/p99 request latency against the same client alone.
 #   bench/latency/run.sh [OUTPUT_DIR]     (run as root)
+# PHASES picks and orders the phases (default: all below; `solo` is the reference):
+#   solo, gpushare_solo, mps_solo    the inference client alone: plain, under the hook, under MPS
+#   timeslice, mps                   beside the trainers, without gpushare
+#   mps_priority                     plain MPS, the trainers set to below-normal priority by hand
+#   gpushare                         gpushare without MPS, one lease at a time
+#   gpushare_mps                     gpushare under MPS, 4 concurrent leases
+#   gpushare_mps_priority            the same, trainers' client `mps_priority = "below-normal"`
+#   gpushare_mps_threadsNN           the same, and `mps_thread_percentage = NN` for the trainers
 # Needs python3 with torch and the MPS binaries (MPS_BIN, default /usr/local/nvidia/bin);
 # gpushared and libgpushare.so prebuilt in $TARGET (default target/release). Compute modes are
 # not touched.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-target=${TARGET:-$root/target/release}
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
 outdir=${1:-${OUT:-$here}}
 out=$outdir/latency.jsonl
-span=${SPAN:-10}
-phases=${PHASES:-solo gpushare_solo timeslice mps mps_priority gpushare gpushare_mps gpushare_mps_priority gpushare_mps_isolated}
-mps_bin=${MPS_BIN:-/usr/local/nvidia/bin}
+span=${SPAN:-15}
+phases=${PHASES:-solo gpushare_solo mps_solo timeslice mps mps_priority gpushare gpushare_mps gpushare_mps_priority gpushare_mps_threads50 gpushare_mps_threads30}
 trainer=$root/bench/share/matmul_job.py
 infer=$here/infer_job.py
 mkdir -p "$outdir"; : >"$out"
-work=$(mktemp -d); chmod 755 "$work"
-daemon=""
-mps_up=""
-cleanup() {
-  [[ -n $daemon ]] && kill "$daemon" 2>/dev/null
-  [[ -n $mps_up ]] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe "$mps_bin/nvidia-cuda-mps-control"
-  sleep 1; rm -rf "$work"
-}
-trap cleanup EXIT
-at() { python3 -c "import time; print(time.time() + $1)"; }
 
 # PHASE TRAINER_ENV INFER_ENV: three trainers, and the inference client measuring from 4 s on.
-run_phase() {
-  local phase=$1 tenv=$2 ienv=$3 pids=() i
-  local start until
+beside_trainers() {
+  local phase=$1 tenv=$2 ienv=$3 pids=() i start until
   start=$(at 4); until=$(at $((span + 4)))
   for i in 1 2 3; do
     env $tenv python3 "$trainer" "train.$i" --phase "$phase" --until "$until" --every 8 >"$work/$phase.train.$i" &
@@ -42,72 +38,42 @@ run_phase() {
   wait "${pids[@]}"
   cat "$work/$phase".* >>"$out"
 }
-
-start_mps() {
-  export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  "$mps_bin/nvidia-cuda-mps-control" -d; mps_up=1; sleep 1
-}
-stop_mps() {
-  echo quit | "$mps_bin/nvidia-cuda-mps-control"; mps_up=""; sleep 2
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+alone() { # PHASE INFER_ENV
+  env $2 python3 "$infer" infer --phase "$1" --start "$(at 2)" --until "$(at $((span + 2)))" >>"$out"
 }
 
 # MPS(true|false) CONCURRENT_LEASES TRAINER_EXTRA_TOML (more keys of the trainers' client)
-start_gpushared() {
-  cat >"$work/gpushare.toml" <<TOML
-[daemon]
-concurrent_leases = $2
-[gpu]
-nvml = false
-set_compute_mode = false
-mps = $1
-mps_control = "$mps_bin/nvidia-cuda-mps-control"
-mps_pipe_dir = "$work/gs-pipe"
-mps_log_dir = "$work/gs-log"
-[clients.infer]
-request = 0.5
-users = ["$(id -un)"]
-[clients.train]
-request = 0.5
-users = ["$(id -un)"]
-$3
-TOML
-  "$target/gpushared" --config "$work/gpushare.toml" --socket-dir "$work/run" --bus none --log warn 2>>"$outdir/latency.gpushared.log" &
-  daemon=$!
-  for _ in $(seq 100); do [[ -S $work/run/gpushare.sock ]] && break; sleep 0.1; done
-  sleep 1
+gpushare_with() {
+  {
+    printf '[daemon]\nconcurrent_leases = %s\n' "$2"
+    gpu_toml "$1"
+    printf '[clients.infer]\nrequest = 0.5\nusers = ["%s"]\n' "$(id -un)"
+    printf '[clients.train]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "$3"
+  } >"$work/gpushare.toml"
+  gpushared_start "$work/gpushare.toml" "$outdir/latency.gpushared.log"
 }
-stop_gpushared() { kill "$daemon"; wait "$daemon" 2>/dev/null; daemon=""; sleep 2; }
-hook="LD_PRELOAD=$target/libgpushare.so GPUSHARE_SOCKET=$work/run/gpushare.sock"
 
-echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader)" >>"$out"
+header >>"$out"
 for phase in $phases; do
   echo "== $phase" >&2
   case $phase in
-    solo)
-      python3 "$infer" infer --phase solo --start "$(at 2)" --until "$(at $((span + 2)))" >>"$out" ;;
-    timeslice) run_phase timeslice "" "" ;;
-    mps) start_mps; run_phase mps "" ""; stop_mps ;;
-    mps_priority)  # the trainers as MPS clients of below-normal priority, set by hand
-      start_mps; run_phase mps_priority "CUDA_MPS_CLIENT_PRIORITY=1" ""; stop_mps ;;
-    gpushare_solo)
-      start_gpushared false 1 ""
-      env $hook GPUSHARE_CLIENT=infer python3 "$infer" infer --phase gpushare_solo --start "$(at 2)" --until "$(at $((span + 2)))" >>"$out"
-      stop_gpushared ;;
-    gpushare)
-      start_gpushared false 1 ""
-      run_phase gpushare "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
-    gpushare_mps)
-      start_gpushared true 4 ""
-      run_phase gpushare_mps "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
-    gpushare_mps_priority)
-      start_gpushared true 4 'mps_priority = "below-normal"'
-      run_phase gpushare_mps_priority "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
-    gpushare_mps_isolated)  # below-normal priority and at most half of the SMs for the trainers
-      start_gpushared true 4 'mps_priority = "below-normal"
-mps_thread_percentage = 50'
-      run_phase gpushare_mps_isolated "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"; stop_gpushared ;;
+    solo) alone solo "" ;;
+    mps_solo) mps_start; alone mps_solo ""; mps_stop ;;
+    gpushare_solo) gpushare_with false 1 "" && alone gpushare_solo "$hook GPUSHARE_CLIENT=infer"; gpushared_stop ;;
+    timeslice) beside_trainers timeslice "" "" ;;
+    mps) mps_start; beside_trainers mps "" ""; mps_stop ;;
+    mps_priority) mps_start; beside_trainers mps_priority "CUDA_MPS_CLIENT_PRIORITY=1" ""; mps_stop ;;
+    gpushare) extra="" mps=false leases=1 ;;&
+    gpushare_mps) extra="" mps=true leases=4 ;;&
+    gpushare_mps_priority) extra='mps_priority = "below-normal"' mps=true leases=4 ;;&
+    gpushare_mps_threads*)
+      extra="mps_priority = \"below-normal\"
+mps_thread_percentage = ${phase#gpushare_mps_threads}" mps=true leases=4 ;;&
+    gpushare*)
+      gpushare_with "$mps" "$leases" "$extra" &&
+        beside_trainers "$phase" "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"
+      gpushared_stop ;;
+    *) echo "no phase $phase" >&2 ;;
   esac
 done
 

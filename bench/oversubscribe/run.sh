@@ -18,8 +18,8 @@
 # target/release). Compute modes are not touched.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-target=${TARGET:-$root/target/release}
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
 outdir=${1:-${OUT:-$here}}
 out=$outdir/oversubscribe.jsonl
 jobs=${JOBS:-3}
@@ -31,14 +31,8 @@ resident=${RESIDENT:-2560MiB}
 modes=${MODES:-device faults prefetch faults_release prefetch_release}
 job="python3 $here/train_job.py --steps $steps --width $width --layers $layers"
 mkdir -p "$outdir"; : >"$out"
-work=$(mktemp -d); chmod 755 "$work"
-daemon=""; poller=""
-cleanup() {
-  [[ -n $daemon ]] && kill "$daemon" 2>/dev/null
-  [[ -n $poller ]] && kill "$poller" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+poller=""
+trap '[[ -n $poller ]] && kill "$poller" 2>/dev/null; bench_cleanup' EXIT
 
 free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
 pool_mib=$((free_mib / 2))
@@ -46,16 +40,12 @@ echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format
 
 $job solo --phase solo >>"$out"
 
-start_gpushared() { # OVERSUBSCRIBE RELEASE
-  cat >"$work/gpushare.toml" <<TOML
-[daemon]
-quantum = "$quantum"
-lease_grace = "2s"
-[gpu]
-nvml = false
-set_compute_mode = false
-managed_memory = "${pool_mib}MiB"
-TOML
+gpushare_with() { # OVERSUBSCRIBE RELEASE
+  {
+    printf '[daemon]\nquantum = "%s"\nlease_grace = "2s"\n' "$quantum"
+    gpu_toml false
+    printf 'managed_memory = "%sMiB"\n' "$pool_mib"
+  } >"$work/gpushare.toml"
   local i
   for i in $(seq "$jobs"); do
     cat >>"$work/gpushare.toml" <<TOML
@@ -68,12 +58,8 @@ $([[ $1 == true ]] && echo "resident = \"$resident\"")
 release_cache = $2
 TOML
   done
-  "$target/gpushared" --config "$work/gpushare.toml" --socket-dir "$work/run" --bus none --log warn \
-    2>>"$outdir/oversubscribe.gpushared.log" &
-  daemon=$!
-  for _ in $(seq 100); do [[ -S $work/run/gpushare.sock ]] && break; sleep 0.1; done
+  gpushared_start "$work/gpushare.toml" "$outdir/oversubscribe.gpushared.log"
 }
-stop_gpushared() { kill "$daemon"; wait "$daemon" 2>/dev/null; daemon=""; sleep 1; }
 
 for mode in $modes; do
   echo "== $mode" >&2
@@ -85,22 +71,21 @@ for mode in $modes; do
     prefetch_release) over=true release=true prefetch=1 ;;
     *) echo "unknown mode $mode" >&2; continue ;;
   esac
-  start_gpushared "$over" "$release"
+  gpushare_with "$over" "$release" || continue
   (while sleep 0.25; do
      echo "{\"phase\":\"$mode\",\"t\":$(date +%s.%N),\"gpu_used_mib\":$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)}"
    done) >"$work/mem.$mode" &
   poller=$!
   pids=()
   for i in $(seq "$jobs"); do
-    LD_PRELOAD=$target/libgpushare.so GPUSHARE_SOCKET=$work/run/gpushare.sock GPUSHARE_CLIENT=job$i \
-      GPUSHARE_PREFETCH=$prefetch PYTHONPATH=$root/dist/python \
+    env $hook GPUSHARE_CLIENT=job$i GPUSHARE_PREFETCH=$prefetch PYTHONPATH=$root/dist/python \
       $job "job$i" --phase "$mode" >"$work/job.$mode.$i" &
     pids+=($!)
   done
   wait "${pids[@]}"
   kill "$poller"; wait "$poller" 2>/dev/null; poller=""
   cat "$work"/job."$mode".* "$work/mem.$mode" >>"$out"
-  stop_gpushared
+  gpushared_stop
 done
 
 python3 - "$out" <<'PY' | tee "$outdir/oversubscribe_summary.json"

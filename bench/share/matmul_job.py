@@ -13,6 +13,7 @@ p.add_argument("--until", type=float, required=True, help="absolute time.time() 
 p.add_argument("--size", type=int, default=4096)
 p.add_argument("--every", type=int, default=4)
 p.add_argument("--dtype", default="bfloat16")
+p.add_argument("--request", type=float, help="the client's request, recorded for the analysis")
 a = p.parse_args()
 
 x = torch.randn(a.size, a.size, device="cuda", dtype=getattr(torch, a.dtype))
@@ -27,4 +28,5 @@ while time.time() < a.until:
     torch.cuda.synchronize()
     samples.append((time.time(), n))
 check = float(y[0, :8].float().sum().item())
-print(json.dumps({"name": a.name, "phase": a.phase, "samples": samples, "check": check}), flush=True)
+print(json.dumps({"name": a.name, "phase": a.phase, "request": a.request, "samples": samples,
+                  "check": check}), flush=True)
