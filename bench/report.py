@@ -164,9 +164,11 @@ if share:
         if isinstance(v, dict) and "jobs" in v and any("due" in x for x in v["jobs"].values()):
             pts = [(x["due"], w) for x in v["jobs"].values() if "due" in x for w in x["windows"]]
             a.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=4, alpha=0.7, label=k)
-    a.plot([0, 1], [0, 1], "k-", lw=0.8)
+    a.plot([0.03, 1.2], [0.03, 1.2], "k-", lw=0.8)
     a.set_xscale("log")
     a.set_yscale("log")
+    a.set_xlim(0.03, 1.2)
+    a.set_ylim(0.03, 1.2)
     a.set_xlabel("share due (request / requests running)")
     a.set_ylabel("share achieved, per window")
     a.set_title("Share accuracy")
