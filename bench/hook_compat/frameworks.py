@@ -20,7 +20,7 @@ if which == "torch":
         opt.step()
     free, total = torch.cuda.mem_get_info()
     print(json.dumps({"framework": "torch", "loss": loss.item(),
-                      "param_sum": sum(float(p.double().sum()) for p in model.parameters()),
+                      "param_sum": sum(float(p.detach().double().sum()) for p in model.parameters()),
                       "mem_total": total}))
 elif which == "cupy":
     import cupy as cp
@@ -35,6 +35,9 @@ elif which == "cupy":
                       "mem_total": total}))
 elif which == "jax":
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    # XLA times candidate GEMM kernels and keeps the fastest, which may differ from run to run
+    # (and with the memory it sees); fixed kernels make the results comparable.
+    os.environ.setdefault("XLA_FLAGS", "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true")
     import jax, jax.numpy as jnp
     key = jax.random.PRNGKey(0)
     a = jax.random.normal(key, (512, 512), dtype=jnp.float32)
