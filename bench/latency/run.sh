@@ -11,6 +11,7 @@
 #   gpushare_mps                     gpushare under MPS, 4 concurrent leases
 #   gpushare_mps_priority            the same, trainers' client `mps_priority = "below-normal"`
 #   gpushare_mps_threadsNN           the same, and `mps_thread_percentage = NN` for the trainers
+# QUANTUM (default 20ms) is the daemon's lease length.
 # Needs python3 with torch and the MPS binaries (MPS_BIN, default /usr/local/nvidia/bin);
 # gpushared and libgpushare.so prebuilt in $TARGET (default target/release). Compute modes are
 # not touched.
@@ -21,6 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 outdir=${1:-${OUT:-$here}}
 out=$outdir/latency.jsonl
 span=${SPAN:-15}
+quantum=${QUANTUM:-20ms}
 phases=${PHASES:-solo gpushare_solo mps_solo timeslice mps mps_priority gpushare gpushare_mps gpushare_mps_priority gpushare_mps_threads50 gpushare_mps_threads30}
 trainer=$root/bench/share/matmul_job.py
 infer=$here/infer_job.py
@@ -45,7 +47,7 @@ alone() { # PHASE INFER_ENV
 # MPS(true|false) CONCURRENT_LEASES TRAINER_EXTRA_TOML (more keys of the trainers' client)
 gpushare_with() {
   {
-    printf '[daemon]\nconcurrent_leases = %s\n' "$2"
+    printf '[daemon]\nconcurrent_leases = %s\nquantum = "%s"\n' "$2" "$quantum"
     gpu_toml "$1"
     printf '[clients.infer]\nrequest = 0.5\nusers = ["%s"]\n' "$(id -un)"
     printf '[clients.train]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "$3"
