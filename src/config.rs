@@ -159,7 +159,8 @@ pub struct DaemonConfig {
     pub lease_grace: Duration,
     /// How long a new connection has to say hello.
     pub client_timeout: Duration,
-    /// How many leases may run at once (more than one makes sense under MPS).
+    /// How many leases may run at once (more than one makes sense under MPS);
+    /// [`ALL_LEASES`] for no bound.
     pub concurrent_leases: usize,
     pub admin_groups: Vec<String>,
 }
@@ -214,10 +215,21 @@ struct FileDaemon {
     quantum: Option<String>,
     lease_grace: Option<String>,
     client_timeout: Option<String>,
-    concurrent_leases: Option<usize>,
+    concurrent_leases: Option<LeaseCount>,
     #[serde(default)]
     admin_groups: Vec<String>,
 }
+
+/// `concurrent_leases`: a number, or "all".
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LeaseCount {
+    Number(i64),
+    Word(String),
+}
+
+/// `concurrent_leases = "all"`: every process that asks holds a lease.
+pub const ALL_LEASES: usize = usize::MAX;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -375,9 +387,18 @@ impl Config {
                 Duration::from_secs(2),
                 "daemon.client_timeout",
             )?,
-            concurrent_leases: match d.concurrent_leases {
-                Some(0) => return Err("daemon.concurrent_leases: must be at least 1".into()),
-                Some(n) => n,
+            concurrent_leases: match &d.concurrent_leases {
+                Some(LeaseCount::Number(n)) if *n >= 1 => usize::try_from(*n).unwrap_or(ALL_LEASES),
+                Some(LeaseCount::Word(w)) if w == "all" => ALL_LEASES,
+                Some(_) => {
+                    return Err(
+                        "daemon.concurrent_leases: must be a number of at least 1, or \"all\""
+                            .into(),
+                    )
+                }
+                // Under MPS the kernels of all processes run together, as with plain MPS;
+                // without it, one process at a time (requests are shares of GPU time).
+                None if file.gpu.mps == Some(true) => ALL_LEASES,
                 None => 1,
             },
             admin_groups: d.admin_groups.clone(),
@@ -547,7 +568,10 @@ mod tests {
         assert_eq!(c.daemon.quantum, Duration::from_millis(10));
         assert_eq!(c.daemon.client_timeout, Duration::from_secs(2));
         assert_eq!(c.daemon.lease_grace, Duration::from_millis(50));
-        assert_eq!(c.daemon.concurrent_leases, 1);
+        assert_eq!(
+            c.daemon.concurrent_leases, ALL_LEASES,
+            "the default under MPS"
+        );
         assert!(!c.gpu.nvml && c.gpu.mps && c.gpu.set_compute_mode);
         assert_eq!(c.gpu.unattached, UnattachedPolicy::Kill);
         assert_eq!(c.gpu.mps_pipe_dir, PathBuf::from("/run/gpushare/mps"));
@@ -596,6 +620,26 @@ mod tests {
         assert_eq!(
             c.socket_path(),
             PathBuf::from("/run/gpushare/gpushare.sock")
+        );
+        assert_eq!(c.daemon.concurrent_leases, 1, "without MPS");
+    }
+
+    #[test]
+    fn concurrent_leases_number_all_and_the_mps_default() {
+        let leases = |text: &str| Config::parse(text).unwrap().daemon.concurrent_leases;
+        assert_eq!(leases("[gpu]\nmps = false\n"), 1);
+        assert_eq!(leases("[gpu]\nmps = true\n"), ALL_LEASES);
+        assert_eq!(
+            leases("[daemon]\nconcurrent_leases = 4\n[gpu]\nmps = true\n"),
+            4
+        );
+        assert_eq!(
+            leases("[daemon]\nconcurrent_leases = 1\n[gpu]\nmps = true\n"),
+            1
+        );
+        assert_eq!(
+            leases("[daemon]\nconcurrent_leases = \"all\"\n"),
+            ALL_LEASES
         );
     }
 
@@ -655,6 +699,7 @@ mps_priority = "below-normal"
             ("[daemon]\nquantum = \"20\"\n", "daemon.quantum"),
             ("[daemon]\nquantum = \"0ms\"\n", "longer than zero"),
             ("[daemon]\nconcurrent_leases = 0\n", "at least 1"),
+            ("[daemon]\nconcurrent_leases = \"some\"\n", "or \"all\""),
             (
                 "[clients.a]\nmps_thread_percentage = 0\n",
                 "mps_thread_percentage",
