@@ -72,3 +72,20 @@ fn every_page_renders_without_warnings() {
         );
     }
 }
+
+#[test]
+fn the_configuration_examples_are_valid_configurations() {
+    let page = extra("gpushare.toml.5");
+    let mut examples = Vec::new();
+    let mut lines = page.lines();
+    while lines.any(|l| l == ".EX") {
+        let body: Vec<&str> = lines.by_ref().take_while(|l| *l != ".EE").collect();
+        examples.push(body.join("\n").replace("\\-", "-"));
+    }
+    assert!(examples.len() >= 2, "gpushare.toml(5) lost its examples");
+    for example in &examples {
+        if let Err(e) = gpushare::config::Config::parse(example) {
+            panic!("an example in gpushare.toml(5) is refused: {e}\n{example}");
+        }
+    }
+}
