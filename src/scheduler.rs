@@ -447,6 +447,10 @@ mod tests {
         gpu_overrun: Nanos,
     }
 
+    fn shares(request: f64, limit: f64) -> Shares {
+        Shares { request, limit }
+    }
+
     impl Sim {
         fn new(quantum: Nanos) -> Self {
             Sim {
@@ -458,8 +462,7 @@ mod tests {
             }
         }
         fn client(&mut self, id: ClientId, request: f64, limit: f64) {
-            self.sched
-                .set_client(id, Shares { request, limit }, self.now);
+            self.sched.set_client(id, shares(request, limit), self.now);
         }
         fn saturate(&mut self, id: ClientId) {
             let session = id * 100;
@@ -597,22 +600,8 @@ mod tests {
     #[test]
     fn expired_lease_passes_the_token_on() {
         let mut s = Scheduler::new(20 * MS, 0);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.5,
-                limit: 1.0,
-            },
-            0,
-        );
-        s.set_client(
-            2,
-            Shares {
-                request: 0.5,
-                limit: 1.0,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.5, 1.0), 0);
+        s.set_client(2, shares(0.5, 1.0), 0);
         s.acquire(1, 10, 0);
         s.acquire(2, 20, 0);
         let g = s.poll(0).unwrap();
@@ -637,22 +626,8 @@ mod tests {
     fn a_lease_is_kept_through_its_grace_and_released_inside_it() {
         let mut s = Scheduler::new(20 * MS, 0);
         s.set_grace(5 * MS);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.5,
-                limit: 1.0,
-            },
-            0,
-        );
-        s.set_client(
-            2,
-            Shares {
-                request: 0.5,
-                limit: 1.0,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.5, 1.0), 0);
+        s.set_client(2, shares(0.5, 1.0), 0);
         s.acquire(1, 10, 0);
         s.acquire(2, 20, 0);
         assert_eq!(s.poll(0).unwrap().session, 10);
@@ -720,14 +695,7 @@ mod tests {
         let mut s = Scheduler::new(20 * MS, 0);
         s.set_slots(2);
         for c in 1..=3 {
-            s.set_client(
-                c,
-                Shares {
-                    request: 1.0 / 3.0,
-                    limit: 1.0,
-                },
-                0,
-            );
+            s.set_client(c, shares(1.0 / 3.0, 1.0), 0);
         }
         let (shares, most) = run_slots(&mut s, &[(1, 10), (2, 20), (3, 30)], 30 * S);
         assert_eq!(most, 2, "never more leases than slots");
@@ -745,22 +713,8 @@ mod tests {
     fn enough_slots_let_everyone_run_at_once_within_their_limits() {
         let mut s = Scheduler::new(20 * MS, 0);
         s.set_slots(4);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.5,
-                limit: 1.0,
-            },
-            0,
-        );
-        s.set_client(
-            2,
-            Shares {
-                request: 0.2,
-                limit: 0.3,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.5, 1.0), 0);
+        s.set_client(2, shares(0.2, 0.3), 0);
         // two processes of one client hold a lease each
         let (shares, most) = run_slots(&mut s, &[(1, 10), (1, 11), (2, 20)], 30 * S);
         assert_eq!(most, 3);
@@ -778,22 +732,8 @@ mod tests {
     #[test]
     fn an_uncontended_holder_extends_its_lease_and_a_contended_one_does_not() {
         let mut s = Scheduler::new(20 * MS, 0);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.5,
-                limit: 1.0,
-            },
-            0,
-        );
-        s.set_client(
-            2,
-            Shares {
-                request: 0.5,
-                limit: 1.0,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.5, 1.0), 0);
+        s.set_client(2, shares(0.5, 1.0), 0);
         s.acquire(1, 10, 0);
         assert_eq!(s.poll(0).unwrap().session, 10);
         assert_eq!(s.extend(10, 20 * MS), Some(20 * MS), "nobody waits");
@@ -807,14 +747,7 @@ mod tests {
     #[test]
     fn extending_does_not_pass_a_limit() {
         let mut s = Scheduler::new(20 * MS, 0);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.1,
-                limit: 0.5,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.1, 0.5), 0);
         s.acquire(1, 10, 0);
         assert!(s.poll(0).is_some());
         let mut t = 20 * MS;
@@ -832,14 +765,7 @@ mod tests {
     #[test]
     fn gone_session_frees_the_token_and_its_place_in_line() {
         let mut s = Scheduler::new(20 * MS, 0);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.0,
-                limit: 1.0,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.0, 1.0), 0);
         s.acquire(1, 10, 0);
         s.acquire(1, 11, 0);
         assert_eq!(s.poll(0).unwrap().session, 10);
@@ -854,14 +780,7 @@ mod tests {
     #[test]
     fn sessions_of_one_client_take_turns() {
         let mut s = Scheduler::new(MS, 0);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.0,
-                limit: 1.0,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.0, 1.0), 0);
         s.acquire(1, 10, 0);
         s.acquire(1, 11, 0);
         let mut order = vec![];
@@ -879,14 +798,7 @@ mod tests {
     #[test]
     fn removed_client_loses_the_token() {
         let mut s = Scheduler::new(MS, 0);
-        s.set_client(
-            1,
-            Shares {
-                request: 0.0,
-                limit: 1.0,
-            },
-            0,
-        );
+        s.set_client(1, shares(0.0, 1.0), 0);
         s.acquire(1, 10, 0);
         assert!(s.poll(0).is_some());
         s.remove_client(1, 0);
