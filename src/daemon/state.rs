@@ -291,17 +291,14 @@ impl State {
     pub fn detach(&mut self, session: SessionId) {
         let now = self.now();
         self.sched.session_gone(session, now);
+        self.unreserve(session, u64::MAX);
         let Some(s) = self.sessions.remove(&session) else {
             return;
         };
         let mut remove = false;
         if let Some(c) = self.clients.get_mut(&s.client) {
             c.sessions.remove(&session);
-            c.memory_used = c.memory_used.saturating_sub(s.reserved);
             remove = c.origin == Origin::Default && c.sessions.is_empty();
-        }
-        if s.managed {
-            self.managed_used = self.managed_used.saturating_sub(s.reserved);
         }
         if remove {
             self.remove_client(&s.client);
@@ -386,6 +383,7 @@ impl State {
         }
     }
 
+    /// Gives back up to `bytes` of what `session` reserved (all of it with `u64::MAX`).
     pub fn unreserve(&mut self, session: SessionId, bytes: u64) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
