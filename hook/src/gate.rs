@@ -98,12 +98,9 @@ fn renew(stream: Stream) {
         // Nobody waits behind this process: carry on without draining its queue, which would
         // leave the GPU idle until the queue fills again.
         if let Some(lease_ns) = session::extend() {
-            let context = lease.context;
             lease.grant(now_ns(), lease_ns);
-            lease.context = context;
             residency::alone();
-            LEASE_END_NS.store(lease.deadline, Relaxed);
-            DEADLINE.store(fast_deadline(lease_ns), Release);
+            publish(&lease, lease_ns);
             wake_watcher();
             return;
         }
@@ -117,8 +114,7 @@ fn renew(stream: Stream) {
         // Others wait: the memory moves out (charged to this lease, as GPU work of its own).
         residency::hand_over();
         let gpu_ns = lease.end(now_ns(), idle);
-        LEASE_END_NS.store(0, Relaxed);
-        DEADLINE.store(0, Release);
+        withdraw();
         Some(gpu_ns)
     } else {
         None
@@ -131,14 +127,25 @@ fn renew(stream: Stream) {
         Some(lease_ns) => {
             lease.grant(now_ns(), lease_ns);
             lease.context = current_context();
-            LEASE_END_NS.store(lease.deadline, Relaxed);
-            DEADLINE.store(fast_deadline(lease_ns), Release);
+            publish(&lease, lease_ns);
             residency::regained();
             start_watcher();
             wake_watcher();
         }
         None => ungate(),
     }
+}
+
+/// Opens the gate for `lease`, just granted for `lease_ns`.
+fn publish(lease: &Lease, lease_ns: u64) {
+    LEASE_END_NS.store(lease.deadline, Relaxed);
+    DEADLINE.store(fast_deadline(lease_ns), Release);
+}
+
+/// Closes the gate: no lease.
+fn withdraw() {
+    LEASE_END_NS.store(0, Relaxed);
+    DEADLINE.store(0, Release);
 }
 
 /// The context current in this thread (0: none, or it cannot be read).
@@ -237,8 +244,7 @@ fn watch() {
             && set_context(lease.context)
             && wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
         let gpu_ns = lease.end(now_ns(), idle);
-        LEASE_END_NS.store(0, Relaxed);
-        DEADLINE.store(0, Release);
+        withdraw();
         session::release(gpu_ns);
     }
 }
@@ -363,12 +369,13 @@ impl Lease {
         context: 0,
     };
 
+    /// A lease from `now` for `lease_ns`, in the context noted before (an extension keeps it).
     pub fn grant(&mut self, now: u64, lease_ns: u64) {
         *self = Lease {
             holding: true,
             granted_at: now,
             deadline: now.saturating_add(lease_ns),
-            ..Lease::NONE
+            context: self.context,
         };
     }
 
@@ -391,8 +398,7 @@ impl Lease {
 }
 
 pub fn after_fork_in_child() {
-    DEADLINE.store(0, Release);
-    LEASE_END_NS.store(0, Relaxed);
+    withdraw();
     // The idle releaser thread does not exist in the child.
     WATCHER.store(false, Release);
     // SAFETY: called from the fork child handler.
