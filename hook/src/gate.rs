@@ -159,6 +159,15 @@ pub fn current_context() -> usize {
     }
 }
 
+/// The device of the context current in this thread.
+pub fn current_device() -> Option<CUdevice> {
+    type F = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+    let mut dev: CUdevice = 0;
+    // SAFETY: the signature of cuCtxGetDevice; a valid out-pointer.
+    let get = unsafe { helper::<F>(Helper::cuCtxGetDevice) }?;
+    (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
+}
+
 /// Nanoseconds left of this process's lease (0 without one, `u64::MAX` when ungated).
 pub fn lease_left_ns() -> u64 {
     if DEADLINE.load(Acquire) == u64::MAX {

@@ -150,19 +150,17 @@ pub unsafe fn free(
 
 /// Trims the pool to nothing cached (`pool` null: the current device's current pool).
 unsafe fn trim(pool: CUmemoryPool) {
-    type GetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
     type GetPool = unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult;
     type Trim = unsafe extern "C" fn(CUmemoryPool, usize) -> CUresult;
     let mut pool = pool;
     if pool.is_null() {
-        let (Some(get_device), Some(get_pool)) = (
-            helper::<GetDevice>(Helper::cuCtxGetDevice),
+        let (Some(dev), Some(get_pool)) = (
+            crate::gate::current_device(),
             helper::<GetPool>(Helper::cuDeviceGetMemPool),
         ) else {
             return;
         };
-        let mut dev = 0;
-        if get_device(&mut dev) != CUDA_SUCCESS || get_pool(&mut pool, dev) != CUDA_SUCCESS {
+        if get_pool(&mut pool, dev) != CUDA_SUCCESS {
             return;
         }
     }

@@ -143,7 +143,7 @@ pub fn regained() {
         return;
     }
     let mut table = TABLE.lock();
-    let (Some(device), Some(stream)) = (current_device(), stream(&mut table)) else {
+    let (Some(device), Some(stream)) = (crate::gate::current_device(), stream(&mut table)) else {
         return;
     };
     prefetch(
@@ -162,14 +162,6 @@ pub fn release_due(horizon_ns: u64) -> bool {
 /// The client releases PyTorch's cached memory (`release_cache`).
 fn releasing_cache() -> bool {
     FLAGS.load(Acquire) & MEMORY_RELEASE_CACHE != 0
-}
-
-fn current_device() -> Option<i32> {
-    type GetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
-    let mut dev: CUdevice = 0;
-    // SAFETY: the signature of cuCtxGetDevice; a valid out-pointer.
-    let get = unsafe { helper::<GetDevice>(Helper::cuCtxGetDevice) }?;
-    (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
 }
 
 /// The hook's own stream in the current context (made on first use there).
