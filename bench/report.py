@@ -22,90 +22,72 @@ md = ["# Benchmark summary", ""]
 if os.path.exists(os.path.join(d, "device.txt")):
     md += ["Device: " + open(os.path.join(d, "device.txt")).read().strip().replace("\n", "; "), ""]
 
+
+def table(title, columns, rows):
+    """A markdown section: the title, a table of `columns` with `rows` (lists of cells)."""
+    rows = list(rows)
+    md.extend([f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)])
+    md.extend("| " + " | ".join(str(c) for c in r) + " |" for r in rows)
+    md.append("")
+
+
 ov = load("hook_overhead_summary.json")
 if ov:
-    md += ["## Hook overhead (time under the hook / time without, per round; median, 95% interval)", "",
-           "| loop | rounds | without | with | ratio | 95% interval |", "| --- | --- | --- | --- | --- | --- |"]
     names = {"launch_loop": "empty-kernel launches (ns each), daemon attached",
              "launch_loop_no_daemon": "empty-kernel launches (ns each), no daemon",
              "torch_add": "PyTorch tensor add (us each)", "torch_mlp": "PyTorch small-MLP step (us each)",
              "wrapper_cost": "test-double driver, no GPU (ns each)"}
-    for k, label in names.items():
-        v = ov.get(k)
-        if v:
-            other = v.get("hook_median", v.get("nodaemon_median"))
-            md.append(f"| {label} | {v['rounds']} | {f(v['plain_median'], 1)} | {f(other, 1)} | "
-                      f"{f(v['median_ratio'], 4)} | {f(v['ci95'][0], 4)}-{f(v['ci95'][1], 4)} |")
-    md.append("")
+    table("Hook overhead (time under the hook / time without, per round; median, 95% interval)",
+          ["loop", "rounds", "without", "with", "ratio", "95% interval"],
+          [[label, v["rounds"], f(v["plain_median"], 1), f(v.get("hook_median", v.get("nodaemon_median")), 1),
+            f(v["median_ratio"], 4), f"{f(v['ci95'][0], 4)}-{f(v['ci95'][1], 4)}"]
+           for k, label in names.items() if (v := ov.get(k))])
 
 lat = load("latency_summary.json")
 if lat:
-    md += ["## Latency isolation (inference client, batch 1-8, beside 3 trainers)", "",
-           "| mode | requests | p50 ms | p99 ms | p50 / solo | p99 / solo | trainer steps/s |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
-    for k, v in lat.items():
-        md.append(f"| {k} | {v['requests']} | {f(v['p50_ms'], 2)} | {f(v['p99_ms'], 2)} | "
-                  f"{f(v.get('p50_vs_solo'), 2)} | {f(v.get('p99_vs_solo'), 2)} | {f(v['trainer_iters_per_s'], 0)} |")
-    md.append("")
+    table("Latency isolation (inference client, batch 1-8, beside 3 trainers)",
+          ["mode", "requests", "p50 ms", "p99 ms", "p50 / solo", "p99 / solo", "trainer steps/s"],
+          [[k, v["requests"], f(v["p50_ms"], 2), f(v["p99_ms"], 2), f(v.get("p50_vs_solo"), 2),
+            f(v.get("p99_vs_solo"), 2), f(v["trainer_iters_per_s"], 0)] for k, v in lat.items()])
 
 osub = load("oversubscribe_summary.json")
 if osub:
-    md += ["## Oversubscription (PyTorch training jobs, managed memory, hand-overs)", "",
-           "| mode | jobs | aggregate steps/s | vs one job alone | mean GPU memory MiB | max MiB | weights as solo |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
-    for k, v in osub.items():
-        if k == "solo":
-            continue
-        md.append(f"| {k} | {v['jobs']} | {f(v['aggregate_steps_per_s'], 2)} | {f(v['vs_solo'], 3)} | "
-                  f"{f(v['gpu_used_mib_mean'], 0)} | {f(v['gpu_used_mib_max'], 0)} | {v['all_correct']} |")
-    md.append("")
+    table("Oversubscription (PyTorch training jobs, managed memory, hand-overs)",
+          ["mode", "jobs", "aggregate steps/s", "vs one job alone", "mean GPU memory MiB", "max MiB",
+           "weights as solo"],
+          [[k, v["jobs"], f(v["aggregate_steps_per_s"], 2), f(v["vs_solo"], 3), f(v["gpu_used_mib_mean"], 0),
+            f(v["gpu_used_mib_max"], 0), v["all_correct"]] for k, v in osub.items() if k != "solo"])
 
 caps = load("caps_summary.json")
 if caps:
-    md += ["## Memory caps", "", "| process | cap | reached | OOM at the cap | total seen |",
-           "| --- | --- | --- | --- | --- |"]
-    for k, v in caps.items():
-        if isinstance(v, dict) and "cap" in v:
-            md.append(f"| {k} | {v['cap']} | {v['reached']} | {v['at_cap']} | {v['total_seen']} |")
-    md.append("")
+    table("Memory caps", ["process", "cap", "reached", "OOM at the cap", "total seen"],
+          [[k, v["cap"], v["reached"], v["at_cap"], v["total_seen"]]
+           for k, v in caps.items() if isinstance(v, dict) and "cap" in v])
 
 share = load("share_summary.json")
 if share:
-    md += [f"## Share accuracy and work conservation (share of the solo rate, {f(share.get('window_s'), 0)} s windows)", "",
-           "| scenario | job | request | due | share | per window | worst window, points from due |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
-    for k, v in share.items():
-        if isinstance(v, dict) and "jobs" in v:
-            for j, x in v["jobs"].items():
-                windows = " ".join(f(w) for w in x["windows"])
-                md.append(f"| {k} | {j} | {f(x['request'], 2)} | {f(x.get('due'))} | {f(x['share'])} | "
-                          f"{windows} | {f(x.get('max_error_points'), 1)} |")
-    md.append("")
+    table(f"Share accuracy and work conservation (share of the solo rate, {f(share.get('window_s'), 0)} s windows)",
+          ["scenario", "job", "request", "due", "share", "per window", "worst window, points from due"],
+          [[k, j, f(x["request"], 2), f(x.get("due")), f(x["share"]), " ".join(f(w) for w in x["windows"]),
+            f(x.get("max_error_points"), 1)]
+           for k, v in share.items() if isinstance(v, dict) and "jobs" in v for j, x in v["jobs"].items()])
 
 thr = load("throughput_summary.json")
 if thr:
-    md += ["## Aggregate throughput (total work per second)", "",
-           "| workload | mode | jobs | vs one job | vs time-slicing | vs MPS |", "| --- | --- | --- | --- | --- | --- |"]
-    for k, v in thr.items():
-        if isinstance(v, dict) and "jobs" in v:
-            md.append(f"| {v.get('workload', '-')} | {v.get('mode', k)} | {v['jobs']} | {f(v['vs_solo'])} | "
-                      f"{f(v.get('vs_timeslice'))} | {f(v.get('vs_mps'))} |")
-    md.append("")
+    table("Aggregate throughput (total work per second)",
+          ["workload", "mode", "jobs", "vs one job", "vs time-slicing", "vs MPS"],
+          [[v.get("workload", "-"), v.get("mode", k), v["jobs"], f(v["vs_solo"]), f(v.get("vs_timeslice")),
+            f(v.get("vs_mps"))] for k, v in thr.items() if isinstance(v, dict) and "jobs" in v])
 
 compat = load("hook_compat_summary.json")
 if compat:
-    md += ["## Framework compatibility (results under the hook identical to without)", "",
-           "| program | identical |", "| --- | --- |"]
-    md += [f"| {k} | {v['identical']} |" for k, v in compat.items()]
-    md.append("")
+    table("Framework compatibility (results under the hook identical to without)", ["program", "identical"],
+          [[k, v["identical"]] for k, v in compat.items()])
 
 side = os.path.join(d, "gpu_side.jsonl")
-if os.path.exists(side):
-    checks = [json.loads(l) for l in open(side) if l.startswith("{") and '"check"' in l]
-    if checks:
-        md += ["## The GPU side", "", "| check | ok |", "| --- | --- |"]
-        md += [f"| {c['check']} | {c['ok']} |" for c in checks]
-        md.append("")
+checks = [json.loads(l) for l in open(side) if l.startswith("{") and '"check"' in l] if os.path.exists(side) else []
+if checks:
+    table("The GPU side", ["check", "ok"], [[c["check"], c["ok"]] for c in checks])
 
 open(os.path.join(d, "summary.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))
