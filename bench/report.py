@@ -25,7 +25,6 @@ if os.path.exists(os.path.join(d, "device.txt")):
 
 def table(title, columns, rows):
     """A markdown section: the title, a table of `columns` with `rows` (lists of cells)."""
-    rows = list(rows)
     md.extend([f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)])
     md.extend("| " + " | ".join(str(c) for c in r) + " |" for r in rows)
     md.append("")
