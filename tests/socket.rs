@@ -164,12 +164,12 @@ fn thousands_of_connections_leave_no_leak() {
     ));
 }
 
+/// Clients a and b with half the GPU each, and leases of 300 ms.
+const TWO_HALVES: &str = "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n";
+
 #[test]
 fn token_alternates_and_a_crashed_holder_frees_it() {
-    let d = Daemon::start(
-        "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n",
-        None,
-    );
+    let d = Daemon::start(TWO_HALVES, None);
     let mut a = d.connect();
     let mut b = d.connect();
     a.hello("a");
@@ -284,10 +284,7 @@ fn concurrent_leases_let_that_many_processes_hold_at_once() {
 
 #[test]
 fn a_lease_is_extended_only_while_nobody_waits() {
-    let d = Daemon::start(
-        "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n",
-        None,
-    );
+    let d = Daemon::start(TWO_HALVES, None);
     let mut a = d.connect();
     let mut b = d.connect();
     a.hello("a");
