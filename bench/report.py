@@ -2,6 +2,7 @@
 directory:   python3 bench/report.py RESULTS_DIR
 Reads the *_summary.json files the scenarios wrote; scenarios that did not run are left out.
 """
+import glob
 import json
 import os
 import sys
@@ -42,12 +43,19 @@ if ov:
             f(v["median_ratio"], 4), f"{f(v['ci95'][0], 4)}-{f(v['ci95'][1], 4)}"]
            for k, label in names.items() if (v := ov.get(k))])
 
+def latency_table(title, lat):
+    table(title, ["mode", "requests", "p50 ms", "p99 ms", "p50 / solo", "p99 / solo", "trainer steps/s"],
+          [[k, v.get("requests", "error: " + str(v.get("error"))[:80]), f(v.get("p50_ms"), 2), f(v.get("p99_ms"), 2),
+            f(v.get("p50_vs_solo"), 2), f(v.get("p99_vs_solo"), 2), f(v.get("trainer_iters_per_s"), 0)]
+           for k, v in lat.items()])
+
+
 lat = load("latency_summary.json")
 if lat:
-    table("Latency isolation (inference client, batch 1-8, beside 3 trainers)",
-          ["mode", "requests", "p50 ms", "p99 ms", "p50 / solo", "p99 / solo", "trainer steps/s"],
-          [[k, v["requests"], f(v["p50_ms"], 2), f(v["p99_ms"], 2), f(v.get("p50_vs_solo"), 2),
-            f(v.get("p99_vs_solo"), 2), f(v["trainer_iters_per_s"], 0)] for k, v in lat.items()])
+    latency_table("Latency isolation (inference client, batch 1-8, beside 3 trainers)", lat)
+lat_i = load("interactive/latency_summary.json")
+if lat_i:
+    latency_table("Latency isolation with an interactive client (gpushare without MPS)", lat_i)
 
 osub = load("oversubscribe_summary.json")
 if osub:
@@ -78,6 +86,51 @@ if thr:
           [[v.get("workload", "-"), v.get("mode", k), v["jobs"], f(v["vs_solo"]), f(v.get("vs_timeslice")),
             f(v.get("vs_mps"))] for k, v in thr.items() if isinstance(v, dict) and "jobs" in v])
 
+sweeps = {}
+for path in sorted(glob.glob(os.path.join(d, "sweep*_summary.json"))):
+    sw = json.load(open(path))
+    name = os.path.basename(path)[: -len("_summary.json")]
+    sweeps[name] = sw
+    cal = sw.get("calibration", {})
+    rows = []
+    for k, v in sw.items():
+        if not isinstance(v, dict) or "cell" not in v:
+            continue
+        kern, solo = v.get("kernel"), sw.get("solo", {}).get(v["cell"], {})
+        size = f"{kern} ({f(cal[kern]['kernel_us'], 0)} us" if kern in cal else f"{kern or v['cell']} ("
+        size += (f"; solo {f(solo.get('us_per_kernel'), 0)} us each)" if "us_per_kernel" in solo
+                 else f"solo {f(solo.get('ms_per_step'), 1)} ms a step)" if "ms_per_step" in solo else ")")
+        if "jobs" not in v:
+            rows.append([k, size, v.get("sync", "-"), "-", "-", "-", "-", "-", "-", "error: " + v.get("error", "?")])
+            continue
+        for j, x in v["jobs"].items():
+            rows.append([k, size, v.get("sync", "-"), j, x.get("user") or "-", f(x.get("due"), 2), f(x["share"]),
+                         " ".join(f(w) for w in x["windows"]), f(x.get("max_error_points"), 1),
+                         f"{f(v['sum'])} ({' '.join(f(w) for w in v['sum_windows'])})"])
+    if rows:
+        table(f"Share sweep `{name}`: share of the solo rate, {f(sw.get('window_s'), 0)} s windows "
+              "(gpushare's default mode, no MPS; sync 0 = ~1 s of work queued)",
+              ["phase", "kernel (measured)", "sync", "job", "user", "due", "share", "per window",
+               "worst window, points from due", "sum (per window)"], rows)
+    errs = sw.get("errors", [])
+    if errs:
+        table(f"Share sweep `{name}`: phases that failed", ["phase", "error"],
+              [[e.get("phase", "-"), str(e.get("error"))[:160]] for e in errs])
+
+lb = load("launch_bound_summary.json")
+if lb:
+    rows = []
+    for mode, m in lb.get("modes", {}).items():
+        for rnd, x in m["rounds"].items():
+            rows.append([mode, rnd, x["jobs_done"], f(x["aggregate_steps_per_s"], 0),
+                         f(m.get("vs_timeslice_per_round", {}).get(rnd)), f(x["mean_job_wall_s"], 2),
+                         " ".join(f(w, 2) for w in x["job_wall_s"])])
+        rows.append([mode, "mean", "-", f(m["aggregate_steps_per_s"], 0), f(m.get("vs_timeslice")),
+                     f(m["mean_job_wall_s"], 2), "-"])
+    table(f"Launch-bound MLP jobs ({lb.get('jobs')} at once, {lb.get('steps')} steps each; gpushare's default "
+          "configuration)",
+          ["mode", "round", "jobs done", "aggregate steps/s", "vs time-slicing", "mean job s", "job wall s"], rows)
+
 compat = load("hook_compat_summary.json")
 if compat:
     table("Framework compatibility (results under the hook identical to without)", ["program", "identical"],
@@ -99,7 +152,12 @@ except ImportError:
     print("matplotlib is not installed: no summary.png", file=sys.stderr)
     sys.exit(0)
 
-panels = [p for p in (ov, lat, osub, share, thr) if p]
+# the share panel takes the share scenario's phases and the sweeps' (phase names prefixed)
+shares = {k: v for k, v in (share or {}).items()}
+for name, sw in sweeps.items():
+    shares.update({f"{name} {k}": v for k, v in sw.items() if isinstance(v, dict) and "jobs" in v})
+lat = lat or lat_i
+panels = [p for p in (ov, lat, osub, shares, thr) if p]
 if not panels:
     sys.exit(0)
 fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5))
@@ -119,7 +177,7 @@ if ov:
     a.legend(fontsize=8)
 if lat:
     a = next(ax)
-    keys = list(lat)
+    keys = [k for k in lat if "p50_ms" in lat[k]]
     a.bar([i - 0.2 for i in range(len(keys))], [lat[k]["p50_ms"] for k in keys], 0.4, label="p50")
     a.bar([i + 0.2 for i in range(len(keys))], [lat[k]["p99_ms"] for k in keys], 0.4, label="p99")
     if "solo" in lat:
@@ -139,9 +197,9 @@ if osub:
     a2.set_ylabel("mean GPU memory (GiB)")
     a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=8)
     a.set_title("Oversubscription")
-if share:
+if shares:
     a = next(ax)
-    for k, v in share.items():
+    for k, v in shares.items():
         if isinstance(v, dict) and "jobs" in v and any("due" in x for x in v["jobs"].values()):
             pts = [(x["due"], w) for x in v["jobs"].values() if "due" in x for w in x["windows"]]
             a.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=4, alpha=0.7, label=k)
@@ -153,7 +211,7 @@ if share:
     a.set_xlabel("share due (request / requests running)")
     a.set_ylabel("share achieved, per window")
     a.set_title("Share accuracy")
-    a.legend(fontsize=7)
+    a.legend(fontsize=7 if len(shares) <= 12 else 4, ncol=1 if len(shares) <= 12 else 2)
 if thr:
     a = next(ax)
     keys = [k for k, v in thr.items() if isinstance(v, dict) and "jobs" in v]

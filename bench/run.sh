@@ -9,6 +9,18 @@
 #   4  aggregate throughput (matmul and small-MLP jobs)
 #   5  unified-memory oversubscription
 #   6  the GPU side (MPS, NVML, users)
+# and the workloads where a token scheduler in its default mode (no MPS; one lease at a time unless
+# the GPU has room) may fail, with Unix users gsbench1, gsbench2 (gsbench1-8 in part 10) created
+# when missing:
+#   7  share sweep: 50 us and 200 us kernels, synchronizing every 1, 4 or no kernels (share/sweep.sh)
+#   8  share sweep: 1.6 ms and 20 ms kernels, likewise
+#   9  share sweep: four clients (1.6 ms kernels sync 4, 50 us sync 1); transformer training
+#      loops, two under gpushare and two under time-slicing
+#  10  launch-bound MNIST-sized MLP jobs: gpushare's default configuration vs time-slicing
+#      (throughput/launch_bound.sh)
+#  11  latency beside trainers with an `interactive = true` inference client, without and with
+#      `queue_ahead = "1ms"`, one lease at a time and with the daemon's default concurrent_leases
+#      (latency/run.sh, results in OUTPUT_DIR/interactive)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -18,7 +30,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench/run.sh OUTPUT_DIR [PART...]}
 shift
-parts=${*:-1 2 3 4 5 6}
+parts=${*:-1 2 3 4 5 6 7 8 9 10 11}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TARGET=${TARGET:-$here/../target/release}
@@ -45,6 +57,15 @@ for part in $parts; do
     4) step throughput 560 "$here/throughput/run.sh" "$out" ;;
     5) step oversubscribe 400 "$here/oversubscribe/run.sh" "$out" ;;
     6) GPUSHARE_BIN=$TARGET step gpu_side 400 bash -c "'$here/gpu_side/run.sh' > '$out/gpu_side.jsonl'" ;;
+    7) NAME=sweep_small CELLS="50us:1 50us:4 50us:0 200us:1 200us:4 200us:0" QUAD_CELLS="" TRANSFORMER="" \
+         BUDGET=420 step sweep_small 500 "$here/share/sweep.sh" "$out" ;;
+    8) NAME=sweep_large CELLS="1600us:1 1600us:4 1600us:0 20ms:1 20ms:4 20ms:0" QUAD_CELLS="" TRANSFORMER="" \
+         BUDGET=420 step sweep_large 500 "$here/share/sweep.sh" "$out" ;;
+    9) NAME=sweep_quad CELLS="" QUAD_CELLS="1600us:4 50us:1" TRANSFORMER="gpushare timeslice" \
+         BUDGET=420 step sweep_quad 500 "$here/share/sweep.sh" "$out" ;;
+    10) BUDGET=420 step launch_bound 500 "$here/throughput/launch_bound.sh" "$out" ;;
+    11) PHASES="solo gpushare_solo timeslice gpushare gpushare_interactive gpushare_interactive_q gpushare_default gpushare_interactive_default" \
+          step latency_interactive 400 "$here/latency/run.sh" "$out/interactive" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done

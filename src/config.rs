@@ -31,6 +31,8 @@ pub struct Share {
     pub limit: f64,
     /// Device memory cap in bytes; `None` is unlimited.
     pub memory: Option<u64>,
+    /// Latency class: the client's work runs as soon as it has some, while batch clients pause.
+    pub interactive: bool,
 }
 
 impl Default for Share {
@@ -39,6 +41,7 @@ impl Default for Share {
             request: 0.0,
             limit: 1.0,
             memory: None,
+            interactive: false,
         }
     }
 }
@@ -149,6 +152,10 @@ pub struct ClientSpec {
     pub access: Access,
 }
 
+/// Default of `daemon.max_processes_per_user`: bounds what one user's processes can make the
+/// daemon hold, far above what a lab user runs.
+pub const DEFAULT_MAX_PROCESSES_PER_USER: usize = 1024;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonConfig {
     pub socket_dir: PathBuf,
@@ -159,9 +166,16 @@ pub struct DaemonConfig {
     pub lease_grace: Duration,
     /// How long a new connection has to say hello.
     pub client_timeout: Duration,
-    /// How many leases may run at once (more than one makes sense under MPS);
-    /// [`ALL_LEASES`] for no bound.
+    /// Most processes of one Unix user attached at once; the next one is refused.
+    pub max_processes_per_user: usize,
+    /// How much work a lease holder may keep queued on the GPU ahead of it: the hook holds its
+    /// launches back beyond that, so that hand-overs are prompt.
+    pub queue_ahead: Duration,
+    /// How many leases may run at once; [`ALL_LEASES`] for no bound.
     pub concurrent_leases: usize,
+    /// Leases overlap only while the GPU has room, judged by the processes' measured demand
+    /// (without MPS when `concurrent_leases` is not set).
+    pub overlap_by_demand: bool,
     pub admin_groups: Vec<String>,
 }
 
@@ -215,6 +229,8 @@ struct FileDaemon {
     quantum: Option<String>,
     lease_grace: Option<String>,
     client_timeout: Option<String>,
+    max_processes_per_user: Option<i64>,
+    queue_ahead: Option<String>,
     concurrent_leases: Option<LeaseCount>,
     #[serde(default)]
     admin_groups: Vec<String>,
@@ -254,6 +270,7 @@ struct FileShare {
     request: Option<f64>,
     limit: Option<f64>,
     memory: Option<MemoryValue>,
+    interactive: Option<bool>,
 }
 
 /// `memory` may be written as a string ("8GiB") or a plain number of bytes.
@@ -311,6 +328,7 @@ impl FileShare {
                 Some(m) => m.bytes(what)?,
                 None => base.memory,
             },
+            interactive: self.interactive.unwrap_or(base.interactive),
         };
         share.check(what)?;
         Ok(share)
@@ -387,6 +405,16 @@ impl Config {
                 Duration::from_secs(2),
                 "daemon.client_timeout",
             )?,
+            max_processes_per_user: match d.max_processes_per_user {
+                None => DEFAULT_MAX_PROCESSES_PER_USER,
+                Some(n) if n >= 1 => usize::try_from(n).unwrap_or(usize::MAX),
+                Some(_) => return Err("daemon.max_processes_per_user: must be at least 1".into()),
+            },
+            queue_ahead: duration(
+                &d.queue_ahead,
+                Duration::from_millis(2),
+                "daemon.queue_ahead",
+            )?,
             concurrent_leases: match &d.concurrent_leases {
                 Some(LeaseCount::Number(n)) if *n >= 1 => usize::try_from(*n).unwrap_or(ALL_LEASES),
                 Some(LeaseCount::Word(w)) if w == "all" => ALL_LEASES,
@@ -397,10 +425,10 @@ impl Config {
                     )
                 }
                 // Under MPS the kernels of all processes run together, as with plain MPS;
-                // without it, one process at a time (requests are shares of GPU time).
-                None if file.gpu.mps == Some(true) => ALL_LEASES,
-                None => 1,
+                // without it, leases overlap only while the GPU has room (see the scheduler).
+                None => ALL_LEASES,
             },
+            overlap_by_demand: d.concurrent_leases.is_none() && file.gpu.mps != Some(true),
             admin_groups: d.admin_groups.clone(),
         };
         let g = &file.gpu;
@@ -560,6 +588,7 @@ mod tests {
         [clients.infer]
         request = 0.3
         limit = 0.6
+        interactive = true
     "#;
 
     #[test]
@@ -567,6 +596,10 @@ mod tests {
         let c = Config::parse(EXAMPLE).unwrap();
         assert_eq!(c.daemon.quantum, Duration::from_millis(10));
         assert_eq!(c.daemon.client_timeout, Duration::from_secs(2));
+        assert_eq!(
+            c.daemon.max_processes_per_user,
+            DEFAULT_MAX_PROCESSES_PER_USER
+        );
         assert_eq!(c.daemon.lease_grace, Duration::from_millis(50));
         assert_eq!(
             c.daemon.concurrent_leases, ALL_LEASES,
@@ -580,7 +613,8 @@ mod tests {
             Share {
                 request: 0.0,
                 limit: 0.5,
-                memory: Some(4 << 30)
+                memory: Some(4 << 30),
+                interactive: false,
             }
         );
         // user defaults inherit from the global defaults
@@ -589,7 +623,8 @@ mod tests {
             Share {
                 request: 0.0,
                 limit: 0.5,
-                memory: Some(8 << 30)
+                memory: Some(8 << 30),
+                interactive: false,
             }
         );
         assert_eq!(
@@ -604,12 +639,15 @@ mod tests {
             Share {
                 request: 0.5,
                 limit: 1.0,
-                memory: Some(16 << 30)
+                memory: Some(16 << 30),
+                interactive: false,
             }
         );
         assert_eq!(train.access.users, vec!["alice", "1001"]);
         assert_eq!(train.mps.thread_percentage, Some(50));
         assert_eq!(c.clients["infer"].share.limit, 0.6);
+        assert!(c.clients["infer"].share.interactive);
+        assert!(!c.defaults_for("alice", &[]).interactive);
     }
 
     #[test]
@@ -621,13 +659,26 @@ mod tests {
             c.socket_path(),
             PathBuf::from("/run/gpushare/gpushare.sock")
         );
-        assert_eq!(c.daemon.concurrent_leases, 1, "without MPS");
+        assert_eq!(
+            c.daemon.concurrent_leases, ALL_LEASES,
+            "gated by demand without MPS"
+        );
+        assert_eq!(c.daemon.queue_ahead, Duration::from_millis(2));
+        assert!(c.daemon.overlap_by_demand);
+        let c = Config::parse("[daemon]\nconcurrent_leases = 3\n").unwrap();
+        assert!(
+            !c.daemon.overlap_by_demand,
+            "an explicit count is taken as it is"
+        );
+        let c = Config::parse("[gpu]\nmps = true\n").unwrap();
+        assert!(!c.daemon.overlap_by_demand, "MPS runs kernels together");
     }
 
     #[test]
     fn concurrent_leases_number_all_and_the_mps_default() {
         let leases = |text: &str| Config::parse(text).unwrap().daemon.concurrent_leases;
-        assert_eq!(leases("[gpu]\nmps = false\n"), 1);
+        assert_eq!(leases("[gpu]\nmps = false\n"), ALL_LEASES);
+        assert_eq!(leases("[daemon]\nconcurrent_leases = 1\n"), 1);
         assert_eq!(leases("[gpu]\nmps = true\n"), ALL_LEASES);
         assert_eq!(
             leases("[daemon]\nconcurrent_leases = 4\n[gpu]\nmps = true\n"),
@@ -700,6 +751,10 @@ mps_priority = "below-normal"
             ("[daemon]\nquantum = \"0ms\"\n", "longer than zero"),
             ("[daemon]\nconcurrent_leases = 0\n", "at least 1"),
             ("[daemon]\nconcurrent_leases = \"some\"\n", "or \"all\""),
+            (
+                "[daemon]\nmax_processes_per_user = 0\n",
+                "daemon.max_processes_per_user: must be at least 1",
+            ),
             (
                 "[clients.a]\nmps_thread_percentage = 0\n",
                 "mps_thread_percentage",

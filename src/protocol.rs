@@ -11,13 +11,17 @@
 //! [`Reply::Error`]. After that every request gets exactly one reply in order, except
 //! [`Request::Release`] and [`Request::Unreserve`], which get none. The reply to
 //! [`Request::Acquire`] and [`Request::Renew`] ([`Reply::Grant`]) comes when the scheduler gives
-//! this process the token, which may be much later; its tag tells it apart from other replies. The daemon never trusts what a client says about who it is: identity
-//! comes from the socket's peer credentials.
+//! this process the token, which may be much later; its tag tells it apart from other replies.
+//!
+//! An attached process may open a second connection whose only request is [`Request::Watch`]:
+//! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early. The
+//! daemon never trusts what a client says about who it is: identity comes from the socket's
+//! peer credentials.
 
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -32,6 +36,13 @@ pub const NO_CAP: u64 = u64::MAX;
 pub const MEMORY_OVERSUBSCRIBE: u32 = 1;
 /// [`Reply::Welcome`] `memory_flags`: release the framework's cached memory while others wait.
 pub const MEMORY_RELEASE_CACHE: u32 = 2;
+/// [`Reply::Welcome`] `sched_flags`: the client is interactive (its work runs at once, others
+/// pause); its process gives a lease back as soon as it goes idle.
+pub const SCHED_INTERACTIVE: u32 = 1;
+/// [`Reply::Grant`] flag: the lease runs beside others (without MPS, processes light enough to
+/// share the GPU); the process does not hold its launches back for its queue, where its work also
+/// waits for theirs.
+pub const GRANT_SHARED: u32 = 1;
 
 /// What a client process asks of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,22 +52,27 @@ pub enum Request {
     Hello { version: u32, client: String },
     /// Ask for the GPU token. Answered by [`Reply::Grant`] when it is this process's turn.
     Acquire,
-    /// Give the token back. `gpu_ns` is the GPU busy time the hook measured during the lease.
-    /// No reply.
-    Release { gpu_ns: u64 },
+    /// Give the token back. `busy_ns` is the time the hook saw work of this lease pending on the
+    /// GPU; the daemon uses it (clamped to the lease's wall time) to estimate how much of the GPU
+    /// the client needs, never to charge it. No reply.
+    Release { busy_ns: u64 },
     /// Count `bytes` of device memory against the client's cap before allocating them.
     /// Answered by [`Reply::Reserved`] or [`Reply::OverCap`].
     Reserve { bytes: u64 },
     /// Memory counted by an earlier `Reserve` was freed (or its allocation failed). No reply.
     Unreserve { bytes: u64 },
-    /// Give the token back after `gpu_ns` of GPU time and ask for it again, in one step, so that
-    /// the scheduler weighs this process among the waiting ones when it hands the token on.
+    /// Give the token back (with `busy_ns` as in `Release`) and ask for it again, in one step, so
+    /// that the scheduler weighs this process among the waiting ones when it hands the token on.
     /// Answered by [`Reply::Grant`].
-    Renew { gpu_ns: u64 },
+    Renew { busy_ns: u64 },
     /// At the end of a lease, keep the token for another lease without first waiting for the
     /// work queued in this one, if nobody else waits for it. Answered by [`Reply::Grant`] or
     /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`).
     Extend,
+    /// First and only request on a second connection of an attached process: the daemon sends
+    /// [`Reply::Revoke`] on it when the process must end its lease early. `session` is the id
+    /// from the Welcome; the peer must be the same process.
+    Watch { session: u64 },
 }
 
 /// What the daemon answers.
@@ -81,15 +97,24 @@ pub enum Reply {
         memory_flags: u32,
         /// Bytes of managed memory to move onto the GPU at a grant, [`NO_CAP`] for all.
         resident: u64,
+        /// This process's session id, for [`Request::Watch`].
+        session: u64,
+        /// How much work (in GPU nanoseconds) the process may keep queued on the GPU.
+        queue_ahead_ns: u64,
+        /// [`SCHED_INTERACTIVE`].
+        sched_flags: u32,
     },
-    /// The token is this process's for `lease_ns` nanoseconds from now.
-    Grant { lease_ns: u64 },
+    /// The token is this process's for `lease_ns` nanoseconds from now; `flags`: [`GRANT_SHARED`].
+    Grant { lease_ns: u64, flags: u32 },
     /// The reservation was counted; `used` is the client's total afterwards.
     Reserved { used: u64 },
     /// The reservation would pass the cap; nothing was counted.
     OverCap { used: u64, cap: u64 },
     /// Others wait for the token: the lease was not extended.
     NotExtended,
+    /// On the watch connection: end the current lease at the next launch (an interactive client
+    /// wants the GPU).
+    Revoke,
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
@@ -281,6 +306,7 @@ impl Request {
             Request::Unreserve { .. } => 5,
             Request::Renew { .. } => 6,
             Request::Extend => 7,
+            Request::Watch { .. } => 8,
         });
         match self {
             Request::Hello { version, client } => {
@@ -288,8 +314,9 @@ impl Request {
                 f.str(client);
             }
             Request::Acquire | Request::Extend => {}
-            Request::Release { gpu_ns } | Request::Renew { gpu_ns } => f.u64(*gpu_ns),
+            Request::Release { busy_ns } | Request::Renew { busy_ns } => f.u64(*busy_ns),
             Request::Reserve { bytes } | Request::Unreserve { bytes } => f.u64(*bytes),
+            Request::Watch { session } => f.u64(*session),
         }
         f.finish()
     }
@@ -312,11 +339,12 @@ impl Request {
                 Request::Hello { version, client }
             }
             2 => Request::Acquire,
-            3 => Request::Release { gpu_ns: r.u64()? },
+            3 => Request::Release { busy_ns: r.u64()? },
             4 => Request::Reserve { bytes: r.u64()? },
             5 => Request::Unreserve { bytes: r.u64()? },
-            6 => Request::Renew { gpu_ns: r.u64()? },
+            6 => Request::Renew { busy_ns: r.u64()? },
             7 => Request::Extend,
+            8 => Request::Watch { session: r.u64()? },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -333,6 +361,7 @@ impl Reply {
             Reply::OverCap { .. } => 4,
             Reply::Error { .. } => 5,
             Reply::NotExtended => 6,
+            Reply::Revoke => 7,
         });
         match self {
             Reply::Welcome {
@@ -345,6 +374,9 @@ impl Reply {
                 mps_client_priority,
                 memory_flags,
                 resident,
+                session,
+                queue_ahead_ns,
+                sched_flags,
             } => {
                 f.str(client);
                 f.u64(*memory_cap);
@@ -355,8 +387,14 @@ impl Reply {
                 f.u32(*mps_client_priority);
                 f.u32(*memory_flags);
                 f.u64(*resident);
+                f.u64(*session);
+                f.u64(*queue_ahead_ns);
+                f.u32(*sched_flags);
             }
-            Reply::Grant { lease_ns } => f.u64(*lease_ns),
+            Reply::Grant { lease_ns, flags } => {
+                f.u64(*lease_ns);
+                f.u32(*flags);
+            }
             Reply::Reserved { used } => f.u64(*used),
             Reply::OverCap { used, cap } => {
                 f.u64(*used);
@@ -366,7 +404,7 @@ impl Reply {
                 f.u32(code.to_u32());
                 f.str(message);
             }
-            Reply::NotExtended => {}
+            Reply::NotExtended | Reply::Revoke => {}
         }
         f.finish()
     }
@@ -390,8 +428,14 @@ impl Reply {
                 mps_client_priority: r.u32()?,
                 memory_flags: r.u32()?,
                 resident: r.u64()?,
+                session: r.u64()?,
+                queue_ahead_ns: r.u64()?,
+                sched_flags: r.u32()?,
             },
-            2 => Reply::Grant { lease_ns: r.u64()? },
+            2 => Reply::Grant {
+                lease_ns: r.u64()?,
+                flags: r.u32()?,
+            },
             3 => Reply::Reserved { used: r.u64()? },
             4 => Reply::OverCap {
                 used: r.u64()?,
@@ -402,6 +446,7 @@ impl Reply {
                 message: r.str()?,
             },
             6 => Reply::NotExtended,
+            7 => Reply::Revoke,
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -431,12 +476,15 @@ mod tests {
             },
             Request::Acquire,
             Request::Release {
-                gpu_ns: 123_456_789,
+                busy_ns: 123_456_789,
             },
             Request::Reserve { bytes: 8 << 30 },
             Request::Unreserve { bytes: u64::MAX },
-            Request::Renew { gpu_ns: 20_000_000 },
+            Request::Renew {
+                busy_ns: 20_000_000,
+            },
             Request::Extend,
+            Request::Watch { session: 77 },
         ] {
             let f = r.to_frame().unwrap();
             assert_eq!(Request::decode(payload(&f)).unwrap(), r);
@@ -456,9 +504,16 @@ mod tests {
                 mps_client_priority: 1,
                 memory_flags: MEMORY_OVERSUBSCRIBE | MEMORY_RELEASE_CACHE,
                 resident: 2 << 30,
+                session: 9,
+                queue_ahead_ns: 2_000_000,
+                sched_flags: SCHED_INTERACTIVE,
             },
-            Reply::Grant { lease_ns: 5 },
+            Reply::Grant {
+                lease_ns: 5,
+                flags: GRANT_SHARED,
+            },
             Reply::NotExtended,
+            Reply::Revoke,
             Reply::Reserved { used: 1 },
             Reply::OverCap { used: 2, cap: 3 },
             Reply::Error {
@@ -522,6 +577,9 @@ mod tests {
             mps_client_priority: 1,
             memory_flags: 2,
             resident: 5,
+            session: 6,
+            queue_ahead_ns: 7,
+            sched_flags: 1,
         }
         .to_frame()
         .unwrap();

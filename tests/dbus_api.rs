@@ -81,6 +81,23 @@ fn busctl_and_cli_register_change_and_read_back() {
         (Some(0.4), Some(0.7))
     );
 
+    // the latency class: through the CLI, and back through busctl
+    let out = d.cli(&["set", "train", "--interactive", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.client("train")["interactive"], true);
+    let out = d.busctl(&[
+        "call",
+        "org.gpushare1",
+        "/org/gpushare1",
+        "org.gpushare1.Manager",
+        "SetInteractive",
+        "sb",
+        "train",
+        "false",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(d.client("train")["interactive"], false);
+
     // the CLI's register and unregister
     let out = d.cli(&[
         "register",

@@ -178,7 +178,8 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
     assert_eq!(
         a.recv_within(Duration::from_secs(1)),
         Some(Reply::Grant {
-            lease_ns: 300_000_000
+            lease_ns: 300_000_000,
+            flags: 0
         })
     );
     let t0 = Instant::now();
@@ -200,7 +201,7 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
     );
 
     // a asks again and waits; b crashes while holding: a gets it long before b's lease would end
-    a.send(&Request::Release { gpu_ns: 0 });
+    a.send(&Request::Release { busy_ns: 0 });
     a.send(&Request::Acquire);
     assert_eq!(a.recv_within(Duration::from_millis(50)), None);
     let t1 = Instant::now();
@@ -275,7 +276,7 @@ fn concurrent_leases_let_that_many_processes_hold_at_once() {
     // the third gets its lease as soon as one holder gives its back
     let waiting = granted.iter().position(|g| !g).unwrap();
     let holder = granted.iter().position(|g| *g).unwrap();
-    conns[holder].send(&Request::Release { gpu_ns: 0 });
+    conns[holder].send(&Request::Release { busy_ns: 0 });
     assert!(matches!(
         conns[waiting].recv_within(Duration::from_millis(200)),
         Some(Reply::Grant { .. })
@@ -301,7 +302,8 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     assert_eq!(
         a.recv(),
         Some(Reply::Grant {
-            lease_ns: 300_000_000
+            lease_ns: 300_000_000,
+            flags: 0
         }),
         "alone: extended"
     );
@@ -309,7 +311,7 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     assert_eq!(b.recv_within(Duration::from_millis(50)), None);
     a.send(&Request::Extend);
     assert_eq!(a.recv(), Some(Reply::NotExtended), "b waits");
-    a.send(&Request::Renew { gpu_ns: 0 });
+    a.send(&Request::Renew { busy_ns: 0 });
     assert!(
         matches!(
             b.recv_within(Duration::from_secs(1)),
@@ -336,4 +338,155 @@ fn requests_sent_together_with_the_hello_are_served() {
         c.recv_within(Duration::from_secs(2)),
         Some(Reply::Reserved { used: 10 })
     );
+}
+
+/// A process cannot charge its client more than its lease's wall time: a forged report of GPU
+/// time (here u64::MAX, as if its lease had run for centuries) leaves its client's next turn
+/// where the lease put it.
+#[test]
+fn forged_gpu_time_locks_nobody_out() {
+    let bus = TestBus::start();
+    let d = Daemon::start(
+        "[daemon]\nquantum = \"50ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n",
+        Some(&bus),
+    );
+    let mut a = d.connect();
+    let mut b = d.connect();
+    a.hello("a");
+    b.hello("b");
+    a.send(&Request::Acquire);
+    assert!(matches!(a.recv(), Some(Reply::Grant { .. })));
+    b.send(&Request::Acquire);
+    a.send(&Request::Renew { busy_ns: u64::MAX });
+    assert!(matches!(
+        b.recv_within(Duration::from_secs(1)),
+        Some(Reply::Grant { .. })
+    ));
+    // b's lease ends; a, which claimed an endless lease, is next all the same
+    b.send(&Request::Renew { busy_ns: 0 });
+    assert!(
+        matches!(
+            a.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ),
+        "the forged charge locked client a out"
+    );
+    let charged = d.client("a")["charged_ns"].as_u64().unwrap();
+    assert!(
+        charged < 1_000_000_000,
+        "client a was charged {charged} ns for a lease of a few ms"
+    );
+}
+
+/// An interactive client's process gets a lease at once while a batch process holds one; the
+/// batch process is told on its watch connection, and waits for the next lease after its
+/// release. Only the process that owns a session may watch it.
+#[test]
+fn an_interactive_client_revokes_the_batch_lease() {
+    let d = Daemon::start(
+        "[daemon]\nquantum = \"5s\"\n[clients.batch]\nrequest = 0.5\nusers = [\"*\"]\n[clients.live]\ninteractive = true\nusers = [\"*\"]\n",
+        None,
+    );
+    let mut batch = d.connect();
+    let Reply::Welcome { session, .. } = batch.hello("batch") else {
+        panic!("no welcome")
+    };
+    let mut watch = d.connect();
+    watch.send(&Request::Watch { session });
+    batch.send(&Request::Acquire);
+    assert!(matches!(batch.recv(), Some(Reply::Grant { .. })));
+
+    // another process (this test's child) may not watch the batch session
+    let child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import socket,struct,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+             s.sendall(struct.pack('<IBQ', 9, 8, int(sys.argv[2]))); h=s.recv(4); \
+             print(s.recv(struct.unpack('<I', h)[0])[0] if len(h)==4 else 'closed')",
+            path_str(&d.socket),
+            &session.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&child).trim(),
+        "5",
+        "an Error reply: {}",
+        stderr(&child)
+    );
+
+    let mut live = d.connect();
+    let Reply::Welcome { sched_flags, .. } = live.hello("live") else {
+        panic!("no welcome")
+    };
+    assert_eq!(sched_flags, gpushare::protocol::SCHED_INTERACTIVE);
+    let t0 = Instant::now();
+    live.send(&Request::Acquire);
+    assert!(
+        matches!(
+            live.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ),
+        "the interactive process runs at once, beside the batch lease"
+    );
+    assert!(t0.elapsed() < Duration::from_millis(500));
+    assert_eq!(
+        watch.recv_within(Duration::from_secs(1)),
+        Some(Reply::Revoke),
+        "the batch process is told"
+    );
+    batch.send(&Request::Extend);
+    assert_eq!(
+        batch.recv(),
+        Some(Reply::NotExtended),
+        "a revoked lease ends"
+    );
+    // busy all along: it does not fit beside the interactive lease
+    batch.send(&Request::Renew { busy_ns: u64::MAX });
+    assert_eq!(batch.recv_within(Duration::from_millis(100)), None);
+    live.send(&Request::Release { busy_ns: 1000 });
+    assert!(
+        matches!(
+            batch.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ),
+        "batch resumes once the interactive lease ends"
+    );
+}
+
+/// `daemon.max_processes_per_user` bounds one user's attached processes: the next is refused,
+/// with the reason in its error and in the log, while other users still attach.
+#[test]
+fn a_users_processes_beyond_the_limit_are_refused() {
+    require_root();
+    let dora = test_user("gpstest-dora");
+    let d = Daemon::start("[daemon]\nmax_processes_per_user = 2\n", None);
+    let mut first = d.connect();
+    let mut second = d.connect();
+    assert!(matches!(first.hello(""), Reply::Welcome { .. }));
+    assert!(matches!(second.hello(""), Reply::Welcome { .. }));
+    let mut third = d.connect();
+    match third.hello("") {
+        Reply::Error { code, message } => {
+            assert_eq!(code, ErrorCode::Refused);
+            assert!(
+                message.contains("2 processes attached")
+                    && message.contains("max_processes_per_user"),
+                "{message}"
+            );
+        }
+        r => panic!("the third process attached: {r:?}"),
+    }
+    let out = d.cli_as(Some(dora), &["check"]);
+    assert!(out.status.success(), "another user: {}", stderr(&out));
+    assert!(
+        d.log().contains("refused attach") && d.log().contains("max_processes_per_user"),
+        "{}",
+        d.log()
+    );
+    // a process that goes makes room
+    drop(first);
+    wait_for("a freed place", Duration::from_secs(5), || {
+        matches!(d.connect().hello(""), Reply::Welcome { .. })
+    });
 }

@@ -8,10 +8,22 @@
 #   timeslice, mps                   beside the trainers, without gpushare
 #   mps_priority                     plain MPS, the trainers set to below-normal priority by hand
 #   gpushare                         gpushare without MPS, one lease at a time
+#   gpushare_interactive             the same, the inference client `interactive = true` (a
+#                                    latency-class client: its work runs at once while batch
+#                                    holders pause); the trainers plain batch clients
+#   gpushare_interactive_q           the same, and `[daemon] queue_ahead = "1ms"` (the most work
+#                                    a holder keeps queued on the GPU)
+#   gpushare_default                 gpushare without MPS, concurrent_leases unset (the daemon's
+#                                    default: leases overlap while the GPU has room)
+#   gpushare_interactive_default     the same, the inference client `interactive = true`
 #   gpushare_mps                     gpushare under MPS, 4 concurrent leases
 #   gpushare_mps_priority            the same, trainers' client `mps_priority = "below-normal"`
 #   gpushare_mps_threadsNN           the same, and `mps_thread_percentage = NN` for the trainers
-# QUANTUM (default 20ms) is the daemon's lease length.
+# QUANTUM (default 20ms) is the daemon's lease length. The default PHASES leave out the
+# gpushare_interactive* and gpushare_default phases; bench/run.sh part 11 runs them beside solo,
+# timeslice and gpushare.
+# A phase that fails (a daemon that refuses its configuration, a client that dies) leaves an
+# error line {"name": "error", "phase": ..., "error": ...} in latency.jsonl and the summary.
 # Needs python3 with torch and the MPS binaries (MPS_BIN, default /usr/local/nvidia/bin);
 # gpushared and libgpushare.so prebuilt in $TARGET (default target/release). Compute modes are
 # not touched.
@@ -36,28 +48,41 @@ beside_trainers() {
     env $tenv python3 "$trainer" "train.$i" --phase "$phase" --until "$until" --every 8 >"$work/$phase.train.$i" &
     pids+=($!)
   done
-  env $ienv python3 "$infer" infer --phase "$phase" --start "$start" --until "$until" >"$work/$phase.infer"
+  env $ienv python3 "$infer" infer --phase "$phase" --start "$start" --until "$until" >"$work/$phase.infer" 2>"$work/err.$phase"
   wait "${pids[@]}"
   cat "$work/$phase".* >>"$out"
+  cat "$work/err.$phase" >&2
+  grep -q '^{' "$work/$phase.infer" || error_line "$phase" "no inference result: $(grep -v '^gpushare' "$work/err.$phase" | tail -2 | tr '\n' ' ')"
+}
+# PHASE MESSAGE: an error line for a phase that failed.
+error_line() {
+  python3 -c 'import json, sys; print(json.dumps({"name": "error", "phase": sys.argv[1], "error": sys.argv[2]}))' "$1" "$2" >>"$out"
 }
 alone() { # PHASE INFER_ENV
   env $2 python3 "$infer" infer --phase "$1" --start "$(at 2)" --until "$(at $((span + 2)))" >>"$out"
 }
 
-# MPS(true|false) CONCURRENT_LEASES TRAINER_EXTRA_TOML (more keys of the trainers' client)
+# MPS(true|false) CONCURRENT_LEASES TRAINER_EXTRA_TOML [INFER_EXTRA_TOML [DAEMON_EXTRA_TOML]]
+# (CONCURRENT_LEASES `default`: left unset; more keys of the trainers' client, of the inference
+# client, of [daemon])
 gpushare_with() {
   {
-    printf '[daemon]\nconcurrent_leases = %s\nquantum = "%s"\n' "$2" "$quantum"
+    printf '[daemon]\nquantum = "%s"\n%s\n' "$quantum" "${5:-}"
+    [[ $2 == default ]] || printf 'concurrent_leases = %s\n' "$2"
     gpu_toml "$1"
-    printf '[clients.infer]\nrequest = 0.5\nusers = ["%s"]\n' "$(id -un)"
+    printf '[clients.infer]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "${4:-}"
     printf '[clients.train]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "$3"
   } >"$work/gpushare.toml"
-  gpushared_start "$work/gpushare.toml" "$outdir/latency.gpushared.log"
+  gpushared_start "$work/gpushare.toml" "$outdir/latency.gpushared.log" || {
+    error_line "$phase" "gpushared did not start: $(tail -2 "$outdir/latency.gpushared.log" | tr '\n' ' ')"
+    return 1
+  }
 }
 
 header >>"$out"
 for phase in $phases; do
   echo "== $phase" >&2
+  iextra="" dextra=""
   case $phase in
     solo) alone solo "" ;;
     mps_solo) mps_start; alone mps_solo ""; mps_stop ;;
@@ -66,13 +91,17 @@ for phase in $phases; do
     mps) mps_start; beside_trainers mps "" ""; mps_stop ;;
     mps_priority) mps_start; beside_trainers mps_priority "CUDA_MPS_CLIENT_PRIORITY=1" ""; mps_stop ;;
     gpushare) extra="" mps=false leases=1 ;;&
+    gpushare_interactive) extra="" mps=false leases=1 iextra="interactive = true" ;;&
+    gpushare_interactive_q) extra="" mps=false leases=1 iextra="interactive = true" dextra='queue_ahead = "1ms"' ;;&
+    gpushare_default) extra="" mps=false leases=default ;;&
+    gpushare_interactive_default) extra="" mps=false leases=default iextra="interactive = true" ;;&
     gpushare_mps) extra="" mps=true leases=4 ;;&
     gpushare_mps_priority) extra='mps_priority = "below-normal"' mps=true leases=4 ;;&
     gpushare_mps_threads*)
       extra="mps_priority = \"below-normal\"
 mps_thread_percentage = ${phase#gpushare_mps_threads}" mps=true leases=4 ;;&
     gpushare*)
-      gpushare_with "$mps" "$leases" "$extra" &&
+      gpushare_with "$mps" "$leases" "$extra" "$iextra" "$dextra" &&
         beside_trainers "$phase" "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"
       gpushared_stop ;;
     *) echo "no phase $phase" >&2 ;;
@@ -82,11 +111,17 @@ done
 python3 - "$out" <<'PY' | tee "$outdir/latency_summary.json"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-inf = {r["phase"]: r for r in rows if r["name"] == "infer"}
+inf = {r["phase"]: r for r in rows if r.get("name") == "infer"}
 solo = inf.get("solo")
 out = {}
+for x in rows:  # the phases in the order they ran; a failed one as its error
+    p = x.get("phase")
+    if x.get("name") == "error" and p not in inf:
+        out[p] = {"error": x["error"]}
+    elif p in inf and p not in out:
+        out[p] = None
 for phase, r in inf.items():
-    t = [x for x in rows if x["phase"] == phase and x["name"].startswith("train.")]
+    t = [x for x in rows if x.get("phase") == phase and x.get("name", "").startswith("train.")]
     rate = 0.0
     for x in t:
         s = x["samples"]

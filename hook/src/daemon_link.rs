@@ -49,7 +49,13 @@ impl Link {
         reply
     }
 
-    fn receive(&mut self) -> io::Result<Reply> {
+    /// Reads with no time limit from now on (a connection that only listens).
+    pub fn wait_forever(&mut self) -> io::Result<()> {
+        self.stream.set_read_timeout(None)
+    }
+
+    /// Reads the next reply.
+    pub fn receive(&mut self) -> io::Result<Reply> {
         let mut header = [0u8; 4];
         self.stream.read_exact(&mut header)?;
         let n = frame_len(header).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;

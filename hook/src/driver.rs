@@ -4,12 +4,61 @@
 //! A slot is filled either when the program's own `dlsym` hands us the real pointer, or in one
 //! pass over the library (for programs linked with `-lcuda`, and before `cuGetProcAddress`
 //! results are matched by pointer identity). Filling is lock-free and idempotent.
+//!
+//! The slots of the wrapped symbols and their wrappers are defined with the wrappers, at the
+//! top of the hook; this layer knows them as an [`Exports`] table, handed to it by the wrappers
+//! and interposers and kept for the slots filled in the same pass.
 
-use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::*};
+use std::cell::Cell;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
 
 use crate::cuda::*;
-use crate::interpose::dlsym::real_dlsym;
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static RESOLVING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// glibc's `dlsym`, found with `dlvsym` (never a private glibc symbol).
+pub fn real_dlsym_fn() -> Option<DlsymFn> {
+    let mut p = REAL_DLSYM.load(Acquire);
+    if p == 0 {
+        // `dlvsym` may allocate, and an allocator may call `dlsym`: do not recurse.
+        if RESOLVING.with(|r| r.replace(true)) {
+            return None;
+        }
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            // SAFETY: constant NUL-terminated strings.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
+                as usize;
+            if p != 0 {
+                break;
+            }
+        }
+        RESOLVING.with(|r| r.set(false));
+        if p == 0 {
+            return None;
+        }
+        REAL_DLSYM.store(p, Release);
+    }
+    // SAFETY: `p` is glibc's dlsym.
+    Some(unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
+}
+
+/// Calls the real `dlsym` from inside the hook (with a handle; never `RTLD_NEXT`).
+///
+/// # Safety
+/// As for `dlsym`.
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    match real_dlsym_fn() {
+        Some(f) => f(handle, name),
+        None => std::ptr::null_mut(),
+    }
+}
 
 /// Which library a symbol comes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -62,9 +111,26 @@ impl Slot {
         }
     }
 
+    /// [`Slot::get`] for a slot of `exports`, which a first binding fills too.
+    #[inline(always)]
+    pub fn get_in(&self, exports: &'static Exports) -> usize {
+        let p = self.real.load(Relaxed);
+        if p != 0 {
+            p
+        } else {
+            self.get_slow_in(exports)
+        }
+    }
+
     #[cold]
     fn get_slow(&self) -> usize {
-        bind(self.lib);
+        bind(self.lib, None);
+        self.real.load(Relaxed)
+    }
+
+    #[cold]
+    fn get_slow_in(&self, exports: &'static Exports) -> usize {
+        bind(self.lib, Some(exports));
         self.real.load(Relaxed)
     }
 
@@ -77,6 +143,56 @@ impl Slot {
     }
 }
 
+/// The wrapped symbols: the slots of their real functions and the addresses of their wrappers.
+pub struct Exports {
+    pub slots: &'static [Slot],
+    /// Address of the wrapper of slot `i`.
+    pub wrapper: fn(usize) -> usize,
+}
+
+impl Exports {
+    /// The slot whose wrapper is at `p`, if `p` is one of ours.
+    pub fn wrapper_index(&self, p: usize) -> Option<usize> {
+        (0..self.slots.len()).find(|&i| (self.wrapper)(i) == p)
+    }
+
+    /// The slot of the symbol named `name` (allocation-free; called from inside `dlsym`).
+    ///
+    /// # Safety
+    /// `name` must be a NUL-terminated string.
+    pub unsafe fn slot_by_name(&self, name: *const c_char) -> Option<usize> {
+        let first = *name as u8;
+        if first != b'c' && first != b'n' {
+            return None;
+        }
+        self.slots
+            .iter()
+            .position(|s| libc::strcmp(s.name.as_ptr(), name) == 0)
+    }
+
+    /// Makes this the table that later bindings fill (lock-free; the first one stays).
+    pub fn register(&'static self) {
+        if EXPORTS.load(Relaxed).is_null() {
+            let _ = EXPORTS.compare_exchange(
+                std::ptr::null_mut(),
+                self as *const Exports as *mut Exports,
+                AcqRel,
+                Acquire,
+            );
+        }
+    }
+}
+
+/// The table of the wrapped symbols, once the wrappers or an interposer handed it over.
+static EXPORTS: AtomicPtr<Exports> = AtomicPtr::new(std::ptr::null_mut());
+
+fn exports() -> Option<&'static Exports> {
+    let p = EXPORTS.load(Acquire);
+    // SAFETY: only ever set from a `&'static Exports`.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// Per library: 0 unbound, 1 the helpers bound (no table of wrapped symbols yet), 2 all bound.
 static BOUND: [AtomicU8; 2] = [AtomicU8::new(0), AtomicU8::new(0)];
 static HANDLES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
@@ -97,9 +213,15 @@ fn handle(lib: Lib) -> *mut c_void {
     h
 }
 
-/// Fills every empty slot of `lib` from the real library (once it could be found).
-pub fn bind(lib: Lib) {
-    if BOUND[lib as usize].load(Acquire) == 2 {
+/// Fills every empty slot of `lib` from the real library (once it could be found): those of
+/// the wrapped symbols (`exports`, or the table handed over before) and the helpers.
+pub fn bind(lib: Lib, exports_now: Option<&'static Exports>) {
+    if let Some(table) = exports_now {
+        table.register();
+    }
+    let table = exports();
+    let done = if table.is_some() { 2 } else { 1 };
+    if BOUND[lib as usize].load(Acquire) >= done {
         return;
     }
     let h = handle(lib);
@@ -110,14 +232,16 @@ pub fn bind(lib: Lib) {
         if slot.lib == lib && slot.real.load(Relaxed) == 0 {
             // SAFETY: a valid handle and a NUL-terminated name.
             let p = unsafe { real_dlsym(h, slot.name.as_ptr()) } as usize;
-            if p != 0 && crate::exports::wrapper_index(p).is_none() {
+            if p != 0 && table.is_none_or(|t| t.wrapper_index(p).is_none()) {
                 slot.offer(p);
             }
         }
     };
-    crate::exports::SLOTS.iter().for_each(fill);
+    if let Some(t) = table {
+        t.slots.iter().for_each(fill);
+    }
     HELPERS.iter().for_each(fill);
-    BOUND[lib as usize].store(2, Release);
+    BOUND[lib as usize].fetch_max(done, Release);
 }
 
 /// Driver functions the hook calls itself but does not wrap.
@@ -171,4 +295,24 @@ pub unsafe fn helper<F: Copy>(h: Helper) -> Option<F> {
     debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
     let p = HELPERS[h as usize].get();
     (p != 0).then(|| std::mem::transmute_copy::<usize, F>(&p))
+}
+
+/// The context current in this thread (0: none, or it cannot be read).
+pub fn current_context() -> usize {
+    type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: signature of cuCtxGetCurrent; valid out-pointer.
+    match unsafe { helper::<F>(Helper::cuCtxGetCurrent) } {
+        Some(get) if (unsafe { get(&mut ctx) }) == CUDA_SUCCESS => ctx as usize,
+        _ => 0,
+    }
+}
+
+/// The device of the context current in this thread.
+pub fn current_device() -> Option<CUdevice> {
+    type F = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+    let mut dev: CUdevice = 0;
+    // SAFETY: the signature of cuCtxGetDevice; a valid out-pointer.
+    let get = unsafe { helper::<F>(Helper::cuCtxGetDevice) }?;
+    (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
 }

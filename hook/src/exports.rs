@@ -1,5 +1,7 @@
-//! Every driver and NVML entry point the hook wraps, exported under its own name (for programs
-//! linked with `-lcuda`) and handed out by the `dlsym` and `cuGetProcAddress` interposers.
+//! The hook's exported entry points: every driver and NVML entry point the hook wraps, exported
+//! under its own name (for programs linked with `-lcuda`) and handed out by the `dlsym` and
+//! `cuGetProcAddress` interposers; the `dlsym` trampoline itself; and the functions PyTorch's
+//! cache release calls.
 //!
 //! Each wrapper calls exactly one real symbol (its slot), so that ABI versions (`_v2`) and
 //! per-thread default stream variants (`_ptsz`) keep their meaning.
@@ -9,9 +11,9 @@
 use std::ffi::{c_char, c_void};
 
 use crate::cuda::*;
-use crate::driver::{Lib, Slot};
-use crate::interpose::proc_address;
-use crate::{launch, memory, memory_info, session};
+use crate::driver::{Exports, Lib, Slot};
+use crate::interpose::{dlsym as dlsym_decision, proc_address};
+use crate::{launch, memory, memory_info, residency, session};
 
 macro_rules! wrappers {
     ($(
@@ -36,7 +38,7 @@ macro_rules! wrappers {
         ];
 
         /// Address of the wrapper of slot `i`.
-        pub fn wrapper(i: usize) -> usize {
+        fn wrapper(i: usize) -> usize {
             match i {
                 $(x if x == Sym::$name as usize => $name as *const () as usize,)*
                 _ => 0,
@@ -46,7 +48,7 @@ macro_rules! wrappers {
         $(
             #[unsafe(no_mangle)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
-                let p = SLOTS[Sym::$name as usize].get();
+                let p = SLOTS[Sym::$name as usize].get_in(&EXPORTS);
                 if p == 0 {
                     return Lib::$lib.missing();
                 }
@@ -63,9 +65,9 @@ macro_rules! wrappers {
 wrappers! {
     Cuda cuInit(flags: u32) => session::cu_init;
     Cuda cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, flags: u64)
-        => proc_address::get_v1;
+        => proc_address::get_v1 [&EXPORTS];
     Cuda cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, flags: u64,
-        status: *mut i32) => proc_address::get_v2;
+        status: *mut i32) => proc_address::get_v2 [&EXPORTS];
 
     Cuda cuLaunchKernel(f: CUfunction, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32,
         shmem: u32, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void)
@@ -124,23 +126,83 @@ wrappers! {
         => memory_info::nvml_info_v2;
 }
 
-/// The slot whose wrapper is at `p`, if `p` is one of ours.
-pub fn wrapper_index(p: usize) -> Option<usize> {
-    (0..COUNT).find(|&i| wrapper(i) == p)
+/// The wrapped symbols, as the interposers and the driver's slots see them.
+pub static EXPORTS: Exports = Exports {
+    slots: &SLOTS,
+    wrapper,
+};
+
+unsafe extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> dlsym_decision::Decision {
+    dlsym_decision::decide(&EXPORTS, handle, name)
 }
 
-/// The slot of the symbol named `name` (allocation-free; called from inside `dlsym`).
+/// `dlsym`: decides without touching the caller's frame, then returns or tail-jumps.
 ///
 /// # Safety
-/// `name` must be a NUL-terminated string.
-pub unsafe fn slot_by_name(name: *const c_char) -> Option<usize> {
-    let first = *name as u8;
-    if first != b'c' && first != b'n' {
-        return None;
+/// Called by C with `dlsym`'s contract.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {decide}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rdx, rdx",
+        "jz 2f",
+        "jmp rdx",
+        "2:",
+        "ret",
+        decide = sym decide,
+    )
+}
+
+/// `dlsym` for aarch64 (same scheme; built but not exercised in CI).
+///
+/// # Safety
+/// Called by C with `dlsym`'s contract.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "stp x0, x1, [sp, #-32]!",
+        "str x30, [sp, #16]",
+        "bl {decide}",
+        "ldr x30, [sp, #16]",
+        "cbz x1, 2f",
+        "mov x16, x1",
+        "ldp x0, x1, [sp], #32",
+        "br x16",
+        "2:",
+        "add sp, sp, #32",
+        "ret",
+        decide = sym decide,
+    )
+}
+
+/// For PyTorch's cache release (see `dist/python/gpushare_release.py`): 1 when the process should
+/// release its allocator's cached memory now, given that its next iteration takes about
+/// `iteration_ns`.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpushare_release_due(iteration_ns: u64) -> i32 {
+    std::panic::catch_unwind(|| residency::release_due(iteration_ns.saturating_mul(3) / 2))
+        .map_or(0, i32::from)
+}
+
+/// For PyTorch's cache release: -1 before this process attached to the daemon, 1 when its
+/// client releases cached memory, 0 otherwise.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpushare_release_wanted() -> i32 {
+    match session::state_if_tried() {
+        None => -1,
+        Some(session::Attach::Managed) => i32::from(residency::releasing_cache()),
+        Some(_) => 0,
     }
-    SLOTS
-        .iter()
-        .position(|s| libc::strcmp(s.name.as_ptr(), name) == 0)
 }
 
 #[cfg(test)]
@@ -152,19 +214,30 @@ mod tests {
         for (i, s) in SLOTS.iter().enumerate() {
             // SAFETY: NUL-terminated names.
             assert_eq!(
-                unsafe { slot_by_name(s.name.as_ptr()) },
+                unsafe { EXPORTS.slot_by_name(s.name.as_ptr()) },
                 Some(i),
                 "{:?}",
                 s.name
             );
-            assert_eq!(wrapper_index(wrapper(i)), Some(i));
+            assert_eq!(EXPORTS.wrapper_index(wrapper(i)), Some(i));
         }
         assert_eq!(
-            unsafe { slot_by_name(c"cuMemAlloc".as_ptr()) },
+            unsafe { EXPORTS.slot_by_name(c"cuMemAlloc".as_ptr()) },
             None,
             "v1 is not wrapped"
         );
-        assert_eq!(unsafe { slot_by_name(c"malloc".as_ptr()) }, None);
-        assert_eq!(wrapper_index(0), None);
+        assert_eq!(unsafe { EXPORTS.slot_by_name(c"malloc".as_ptr()) }, None);
+        assert_eq!(EXPORTS.wrapper_index(0), None);
+    }
+
+    #[test]
+    fn forwards_unrelated_names() {
+        // SAFETY: plain dlsym calls.
+        unsafe {
+            let p = dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr());
+            assert_eq!(p as usize, libc::malloc as *const () as usize);
+            let q = dlsym(libc::RTLD_DEFAULT, c"no_such_symbol_here".as_ptr());
+            assert!(q.is_null());
+        }
     }
 }

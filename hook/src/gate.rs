@@ -1,35 +1,34 @@
 //! The token gate: a launch proceeds while this process's lease runs.
 //!
-//! Fast path (every launch): one clock read and a compare against an atomic deadline. When the
-//! lease has run out, one thread (under the gate lock) first asks to extend it, which the daemon
-//! grants when nobody else waits; otherwise it waits for the work launched during the lease,
-//! reports the GPU time to the daemon, and blocks until the next grant. The other launching
-//! threads of the process wait on the lock, since they share the token.
+//! Fast path (every launch): one clock read and a compare against an atomic time, the earlier of
+//! the lease's end and the next queue check ([`pacing`]). When the lease has run out (or was
+//! revoked for an interactive client), one thread (under the gate lock) first asks to extend it,
+//! which the daemon grants when nobody else waits; otherwise it waits for the work launched
+//! during the lease, reports how busy it kept the GPU, and blocks until the next grant. The
+//! other launching threads of the process wait on the lock, since they share the token.
+//!
+//! The lease thread samples the GPU queue while a lease runs and gives the lease back when the
+//! process stops using it: after its end, at once when it was revoked, and for an interactive
+//! client as soon as its work is done.
+//!
+//! The state of the lease lives in [`crate::lease`], where the watch connection and the session
+//! reach it too.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
 use crate::clock::{fast_deadline, fast_now, now_ns};
 use crate::cuda::*;
-use crate::driver::{helper, Helper};
-use crate::fork_safe::ForkSafe;
+use crate::driver::{current_context, helper, Helper};
+use crate::lease::{
+    exiting, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE, GATE_AT, INTERACTIVE,
+    LEASE_END_NS, REVOKED_AT, WAIT_LIMIT_NS, WATCHER, WATCHER_THREAD,
+};
+use crate::pacing::{self, wait_until_done, CUDA_NOT_READY};
 use crate::residency;
 use crate::session::{self, Attach};
 use crate::streams;
-
-/// End of the current lease in [`fast_now`] units; 0 = no lease, `u64::MAX` = ungated.
-static DEADLINE: AtomicU64 = AtomicU64::new(0);
-/// End of the current lease in [`now_ns`] units (0: none), for readers off the launch path.
-static LEASE_END_NS: AtomicU64 = AtomicU64::new(0);
-static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
-/// The idle releaser thread runs (see [`watch`]).
-static WATCHER: AtomicBool = AtomicBool::new(false);
-/// The idle releaser, woken at each grant.
-static WATCHER_THREAD: ForkSafe<Option<std::thread::Thread>> = ForkSafe::new(None);
-/// Set by an `atexit` handler: from then on the hook neither waits for nor talks to the daemon,
-/// and the idle releaser makes no more driver calls.
-static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// The launch's stream, as the gate needs it.
 #[derive(Clone, Copy)]
@@ -59,19 +58,49 @@ impl Stream {
 /// Waits, if needed, until this process may launch on `stream`.
 #[inline(always)]
 pub fn enter(stream: Stream) {
-    let deadline = DEADLINE.load(Relaxed);
+    let at = GATE_AT.load(Relaxed);
     // Ungated processes read no clock (it costs a launch more than the compare).
-    if deadline != u64::MAX && fast_now() >= deadline {
-        renew(stream);
+    if at != u64::MAX && fast_now() >= at {
+        stop(stream);
     }
     if let Some(handle) = stream.handle() {
         streams::note(handle);
     }
 }
 
-/// Launches pass through from now on (unmanaged).
-pub fn ungate() {
-    DEADLINE.store(u64::MAX, Release);
+/// After the launch on `stream`: the marker a queue check asked for.
+#[inline(always)]
+pub fn leave(stream: Stream) {
+    if let Some(handle) = stream.handle() {
+        pacing::after_launch(handle);
+    }
+}
+
+/// Off the fast path: the lease ran out, or a queue check is due.
+#[cold]
+#[inline(never)]
+fn stop(stream: Stream) {
+    let deadline = DEADLINE.load(Acquire);
+    if fast_now() >= deadline {
+        renew(stream);
+        return;
+    }
+    let Some(handle) = stream.handle() else {
+        return;
+    };
+    if capturing(handle) {
+        return; // captured work runs when its graph is launched
+    }
+    let next = pacing::check(WAIT_LIMIT_NS.load(Relaxed));
+    let at = if next == u64::MAX {
+        u64::MAX
+    } else {
+        fast_deadline(next)
+    };
+    let deadline = DEADLINE.load(Acquire);
+    if deadline != u64::MAX {
+        GATE_AT.store(at.min(deadline), Release);
+    }
 }
 
 #[cold]
@@ -94,7 +123,7 @@ fn renew(stream: Stream) {
             return;
         }
     }
-    if lease.holding {
+    if lease.holding && REVOKED_AT.load(Acquire) == 0 {
         // Nobody waits behind this process: carry on without draining its queue, which would
         // leave the GPU idle until the queue fills again.
         if let Some(lease_ns) = session::extend() {
@@ -108,19 +137,17 @@ fn renew(stream: Stream) {
     let used = if lease.holding {
         // This thread may name its own per-thread stream, not another thread's.
         let mine = stream.handle() == Some(CU_STREAM_PER_THREAD as CUstream);
-        let idle = wait_for_lease_work(lease.wait_limit(), |s| {
+        wait_for_lease_work(lease.wait_limit(), |s| {
             mine || s as usize != CU_STREAM_PER_THREAD
         });
         // Others wait: the memory moves out (charged to this lease, as GPU work of its own).
         residency::hand_over();
-        let gpu_ns = lease.end(now_ns(), idle);
-        withdraw();
-        Some(gpu_ns)
+        Some(end_lease(&mut lease))
     } else {
         None
     };
     let granted = match used {
-        Some(gpu_ns) => session::renew(gpu_ns),
+        Some(busy_ns) => session::renew(busy_ns),
         None => session::acquire(),
     };
     match granted {
@@ -136,62 +163,23 @@ fn renew(stream: Stream) {
     }
 }
 
-/// Opens the gate for `lease`, just granted for `lease_ns`.
+/// Opens the gate for `lease`, just granted (or extended) for `lease_ns`. The first launch
+/// checks the queue.
 fn publish(lease: &Lease, lease_ns: u64) {
     LEASE_END_NS.store(lease.deadline, Relaxed);
+    WAIT_LIMIT_NS.store(lease.wait_limit(), Relaxed);
+    REVOKED_AT.store(0, Release);
+    pacing::restart_count();
     DEADLINE.store(fast_deadline(lease_ns), Release);
+    GATE_AT.store(0, Release);
 }
 
-/// Closes the gate: no lease.
-fn withdraw() {
-    LEASE_END_NS.store(0, Relaxed);
-    DEADLINE.store(0, Release);
-}
-
-/// The context current in this thread (0: none, or it cannot be read).
-pub fn current_context() -> usize {
-    type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
-    let mut ctx = std::ptr::null_mut();
-    // SAFETY: signature of cuCtxGetCurrent; valid out-pointer.
-    match unsafe { helper::<F>(Helper::cuCtxGetCurrent) } {
-        Some(get) if (unsafe { get(&mut ctx) }) == CUDA_SUCCESS => ctx as usize,
-        _ => 0,
-    }
-}
-
-/// The device of the context current in this thread.
-pub fn current_device() -> Option<CUdevice> {
-    type F = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
-    let mut dev: CUdevice = 0;
-    // SAFETY: the signature of cuCtxGetDevice; a valid out-pointer.
-    let get = unsafe { helper::<F>(Helper::cuCtxGetDevice) }?;
-    (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
-}
-
-/// Nanoseconds left of this process's lease (0 without one, `u64::MAX` when ungated).
-pub fn lease_left_ns() -> u64 {
-    if DEADLINE.load(Acquire) == u64::MAX {
-        return u64::MAX;
-    }
-    LEASE_END_NS.load(Relaxed).saturating_sub(now_ns())
-}
-
-/// True once the process has started to exit.
-pub fn exiting() -> bool {
-    EXITING.load(Acquire)
-}
-
-/// From the first attach on: at exit, stop talking to the daemon (the closing connection gives
-/// everything back) and never wait for it.
-pub fn watch_exit() {
-    static REGISTERED: AtomicBool = AtomicBool::new(false);
-    extern "C" fn mark_exiting() {
-        EXITING.store(true, Release);
-    }
-    if !REGISTERED.swap(true, AcqRel) {
-        // SAFETY: registers a plain function.
-        unsafe { libc::atexit(mark_exiting) };
-    }
+/// Ends `lease`, whose work was waited for; returns the busy time to report.
+fn end_lease(lease: &mut Lease) -> u64 {
+    pacing::drained();
+    let busy = pacing::take_busy(lease.end(now_ns()));
+    withdraw();
+    busy
 }
 
 fn start_watcher() {
@@ -209,21 +197,30 @@ fn start_watcher() {
     }
 }
 
-fn wake_watcher() {
-    if let Some(t) = WATCHER_THREAD.lock().as_ref() {
-        t.unpark();
-    }
-}
-
-/// How long after its end an unused lease is given back by the idle releaser: long enough
+/// How long after its end an unused lease is given back by the lease thread: long enough
 /// that no launch that passed the gate before the deadline can still be on its way.
 pub fn idle_slack(lease_ns: u64) -> u64 {
     (lease_ns / 4).max(2_000_000)
 }
 
-/// The idle releaser: a process that stops launching gives the token back shortly after its
-/// lease ends, instead of at its next launch, so that others do not wait for the daemon to
-/// take it back.
+/// How often the lease thread samples the GPU queue while a lease runs.
+const SAMPLE_NS: u64 = 250_000;
+/// How long after a revocation the lease thread gives the lease back itself (if no launch did):
+/// time for a launch that passed the gate just before to reach the driver.
+const REVOKE_SLACK_NS: u64 = 200_000;
+/// An interactive process with nothing pending and no launch for this long gives its lease back.
+pub const INTERACTIVE_IDLE_NS: u64 = 500_000;
+/// A lease past its end (and [`idle_slack`]) is given back once its process has left the GPU
+/// without work for this long ([`pacing::idle_for`]). A process that waits in a synchronize for
+/// its own queued work launches again as soon as that work is done: giving the lease back while
+/// the work still runs would hand the token over just before the process asks again, and a job
+/// that synchronizes every few kernels would then lose its turn at every lease end.
+pub const QUIET_NS: u64 = 1_000_000;
+
+/// The lease thread: samples how busy the lease keeps the GPU, and gives the token back when
+/// the process stops using it (after the lease's end, at once when revoked, and for an
+/// interactive client as soon as it is idle), instead of at its next launch, so that others do
+/// not wait for the daemon to take it back.
 fn watch() {
     loop {
         if EXITING.load(Acquire) || DEADLINE.load(Acquire) == u64::MAX {
@@ -231,17 +228,14 @@ fn watch() {
             return;
         }
         let seen = *GATE.lock();
-        let now = now_ns();
         if !seen.holding {
             // Woken by the next grant.
             std::thread::park_timeout(Duration::from_millis(500));
             continue;
         }
-        let wake = seen
-            .deadline
-            .saturating_add(idle_slack(seen.deadline - seen.granted_at));
-        if now < wake {
-            std::thread::park_timeout(Duration::from_nanos(wake - now));
+        pacing::sample(|| sample_stream(&seen));
+        if !release_due(&seen) {
+            std::thread::park_timeout(Duration::from_nanos(SAMPLE_NS));
             continue;
         }
         let mut lease = GATE.lock();
@@ -249,13 +243,39 @@ fn watch() {
             continue; // renewed or released by a launching thread meanwhile
         }
         // Per-thread default streams of launching threads cannot be named from here.
-        let idle = lease.context != 0
-            && set_context(lease.context)
-            && wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
-        let gpu_ns = lease.end(now_ns(), idle);
-        withdraw();
-        session::release(gpu_ns);
+        if lease.context != 0 && set_context(lease.context) {
+            wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
+        }
+        let busy = end_lease(&mut lease);
+        session::release(busy);
     }
+}
+
+/// The stream the lease thread may record a sampling marker on: the one launched on last, if
+/// this thread can name it (not a per-thread default stream) and it is not capturing, with the
+/// lease's context made current here.
+fn sample_stream(lease: &Lease) -> Option<CUstream> {
+    let stream = streams::last()?;
+    if stream as usize == CU_STREAM_PER_THREAD || lease.context == 0 {
+        return None;
+    }
+    (set_context(lease.context) && !capturing(stream)).then_some(stream)
+}
+
+/// Whether the lease thread should give `lease` back now.
+fn release_due(lease: &Lease) -> bool {
+    let now = now_ns();
+    let revoked = REVOKED_AT.load(Acquire);
+    if revoked != 0 {
+        return now >= revoked + REVOKE_SLACK_NS;
+    }
+    if INTERACTIVE.load(Relaxed) && pacing::idle_for().is_some_and(|t| t >= INTERACTIVE_IDLE_NS) {
+        return true;
+    }
+    now >= lease
+        .deadline
+        .saturating_add(idle_slack(lease.deadline - lease.granted_at))
+        && pacing::idle_for().is_some_and(|t| t >= QUIET_NS)
 }
 
 fn set_context(ctx: usize) -> bool {
@@ -330,114 +350,18 @@ fn wait_for_lease_work(limit_ns: u64, nameable: impl Fn(CUstream) -> bool) -> bo
     idle
 }
 
-/// `cuEventQuery`'s "not yet".
-const CUDA_NOT_READY: CUresult = 600;
-
-/// Polls `done` (an event query) until it says so or `limit_ns` passed. Bounded, unlike
-/// `cuEventSynchronize`: work that waits on another process (which waits for the token) must
-/// not hold the token forever. Says once per process when it gives up.
-fn wait_until_done(done: impl Fn() -> bool, limit_ns: u64) -> bool {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    let start = now_ns();
-    let mut polls = 0u32;
-    while !done() {
-        if now_ns().saturating_sub(start) > limit_ns {
-            if !SAID.swap(true, AcqRel) {
-                crate::guard::say(format_args!(
-                    "the work of a lease was still running after {} ms; the token is given back anyway",
-                    limit_ns / 1_000_000
-                ));
-            }
-            return false;
-        }
-        polls += 1;
-        if polls < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-    true
-}
-
-/// The lease this process holds, as the gate's bookkeeping (pure, unit-tested).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
-    pub holding: bool,
-    pub granted_at: u64,
-    pub deadline: u64,
-    /// Context current in the thread that asked for it (0: unknown).
-    pub context: usize,
-}
-
-impl Lease {
-    pub const NONE: Lease = Lease {
-        holding: false,
-        granted_at: 0,
-        deadline: 0,
-        context: 0,
-    };
-
-    /// A lease from `now` for `lease_ns`, in the context noted before (an extension keeps it).
-    pub fn grant(&mut self, now: u64, lease_ns: u64) {
-        *self = Lease {
-            holding: true,
-            granted_at: now,
-            deadline: now.saturating_add(lease_ns),
-            context: self.context,
-        };
-    }
-
-    /// How long the end of this lease waits for its work: four leases, at least 100 ms.
-    pub fn wait_limit(&self) -> u64 {
-        (self.deadline.saturating_sub(self.granted_at))
-            .saturating_mul(4)
-            .max(100_000_000)
-    }
-
-    /// Ends the lease after its work finished at `now`; returns the GPU time to report. When
-    /// the stream was already idle the work ended at an unknown time within the lease: charge
-    /// at most the lease.
-    pub fn end(&mut self, now: u64, idle: bool) -> u64 {
-        let busy_until = if idle { now.min(self.deadline) } else { now };
-        let gpu_ns = busy_until.saturating_sub(self.granted_at);
-        *self = Lease::NONE;
-        gpu_ns
-    }
-}
-
-pub fn after_fork_in_child() {
-    withdraw();
-    // The idle releaser thread does not exist in the child.
-    WATCHER.store(false, Release);
-    // SAFETY: called from the fork child handler.
-    unsafe { WATCHER_THREAD.reset(None) };
-    streams::take(&mut [std::ptr::null_mut(); streams::MAX]);
-    // SAFETY: called from the fork child handler.
-    unsafe { GATE.reset(Lease::NONE) };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_busy_lease_charges_until_the_work_finished() {
+    fn a_lease_ends_with_its_wall_time() {
         let mut l = Lease::NONE;
         l.grant(1_000, 20_000_000);
         assert!(l.holding);
         assert_eq!(l.deadline, 20_001_000);
-        assert_eq!(l.end(25_001_000, false), 25_000_000);
+        assert_eq!(l.end(25_001_000), 25_000_000);
         assert_eq!(l, Lease::NONE);
-    }
-
-    #[test]
-    fn an_idle_lease_charges_at_most_its_length() {
-        let mut l = Lease::NONE;
-        l.grant(1_000, 20_000_000);
-        assert_eq!(l.end(5_000_000_000, true), 20_000_000);
-        l.grant(1_000, 20_000_000);
-        assert_eq!(l.end(11_000, true), 10_000);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Launch wrappers: each waits at the gate, then calls its real function unchanged.
+//! Launch wrappers: each waits at the gate, calls its real function unchanged, and leaves the
+//! gate (where a queue check may have asked for a marker after the launch).
 
 #![allow(clippy::too_many_arguments)]
 
@@ -56,11 +57,14 @@ pub unsafe fn kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    gate::enter(Stream::Of {
+    let s = Stream::Of {
         handle: stream,
         per_thread,
-    });
-    real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)
+    };
+    gate::enter(s);
+    let r = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+    gate::leave(s);
+    r
 }
 
 /// `cuLaunchKernelEx` and `cuLaunchKernelEx_ptsz` (the stream is in the configuration).
@@ -82,7 +86,9 @@ pub unsafe fn kernel_ex(
         }
     };
     gate::enter(stream);
-    real(config, f, params, extra)
+    let r = real(config, f, params, extra);
+    gate::leave(stream);
+    r
 }
 
 /// `cuLaunchCooperativeKernel` and its `_ptsz` form.
@@ -101,11 +107,14 @@ pub unsafe fn cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    gate::enter(Stream::Of {
+    let s = Stream::Of {
         handle: stream,
         per_thread,
-    });
-    real(f, gx, gy, gz, bx, by, bz, shmem, stream, params)
+    };
+    gate::enter(s);
+    let r = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
+    gate::leave(s);
+    r
 }
 
 /// `cuLaunchCooperativeKernelMultiDevice` (deprecated; one launch on several streams).
@@ -128,9 +137,12 @@ pub unsafe fn graph(
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CUresult {
-    gate::enter(Stream::Of {
+    let s = Stream::Of {
         handle: stream,
         per_thread,
-    });
-    real(exec, stream)
+    };
+    gate::enter(s);
+    let r = real(exec, stream);
+    gate::leave(s);
+    r
 }

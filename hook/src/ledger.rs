@@ -1,7 +1,18 @@
 //! The process's own record of what it allocated (so that a free gives back exactly what its
-//! allocation counted), and the size arithmetic of the memory hooks. Pure; unit-tested.
+//! allocation counted), and the size arithmetic of the memory hooks. Pure (but for the
+//! process's one [`LEDGER`]); unit-tested.
 
 use std::collections::BTreeMap;
+
+use crate::fork_safe::ForkSafe;
+
+/// This process's record, kept by the allocation and free wrappers.
+pub static LEDGER: ForkSafe<Ledger> = ForkSafe::new(Ledger::new());
+
+pub fn after_fork_in_child() {
+    // SAFETY: called from the fork child handler.
+    unsafe { LEDGER.reset(Ledger::new()) };
+}
 
 /// What kind of object an allocation is; each has its own handle space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

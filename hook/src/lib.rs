@@ -5,7 +5,8 @@
 //! allocation passes through it however the program found the driver function:
 //!
 //! - launches wait for the GPU token ([`gate`]): a cheap clock compare on each launch, a round
-//!   trip to the daemon only when the lease has run out;
+//!   trip to the daemon only when the lease has run out or was revoked ([`revocation`]); a
+//!   holder keeps a bounded amount of work queued on the GPU ([`pacing`]);
 //! - allocations are counted against the client's memory cap ([`memory`], [`ledger`]), and the
 //!   memory-size queries report the cap;
 //! - an oversubscribing client's device allocations are managed memory, moved out and back in
@@ -13,6 +14,25 @@
 //! - without a daemon the process runs unmanaged and says so once on stderr.
 //!
 //! Nothing runs at load time; the library attaches to the daemon on the first CUDA call.
+//!
+//! # Layers
+//!
+//! The modules form layers, bottom to top. A module uses only modules listed before it in this
+//! list (a test, `hook/tests/layers.rs`, reads the order from here and checks every `crate::`
+//! path against it):
+//!
+//! 1. primitives: [`cuda`], [`clock`], [`guard`], [`fork_safe`], [`ledger`], [`streams`], and at
+//!    the side the daemon's wire link, [`daemon_link`];
+//! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
+//!    table of wrapped symbols) and [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions);
+//! 3. the lease state and its pacing: [`pacing`], [`lease`];
+//! 4. the policies: [`revocation`], [`residency`], [`session`], [`memory`], [`memory_info`],
+//!    [`gate`], [`launch`];
+//! 5. the exported `extern "C"` entry points: [`exports`].
+//!
+//! A lower module never calls up: what the upper layers need to share lives in a lower module
+//! (the lease's state in [`lease`], the allocation record in [`ledger`], the current context in
+//! [`driver`]), and the table of wrapped symbols is handed down to the interposers as a value.
 
 mod clock;
 mod cuda;
@@ -24,9 +44,12 @@ mod gate;
 mod guard;
 mod interpose;
 mod launch;
+mod lease;
 mod ledger;
 mod memory;
 mod memory_info;
+mod pacing;
 mod residency;
+mod revocation;
 mod session;
 mod streams;

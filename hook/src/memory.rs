@@ -3,18 +3,10 @@
 //! every free gives back what its allocation counted.
 
 use crate::cuda::*;
-use crate::driver::{helper, Helper};
-use crate::fork_safe::ForkSafe;
-use crate::ledger::{self, Kind, Ledger};
+use crate::driver::{current_device, helper, Helper};
+use crate::ledger::{self, Kind, LEDGER};
 use crate::residency;
 use crate::session::{self, Reservation};
-
-static LEDGER: ForkSafe<Ledger> = ForkSafe::new(Ledger::new());
-
-pub fn after_fork_in_child() {
-    // SAFETY: called from the fork child handler.
-    unsafe { LEDGER.reset(Ledger::new()) };
-}
 
 /// Reserves `bytes`, runs the allocation `f` (which returns its result and the key of what it
 /// allocated), and keeps the books. `retry` runs before one more try when the cap or the
@@ -155,7 +147,7 @@ unsafe fn trim(pool: CUmemoryPool) {
     let mut pool = pool;
     if pool.is_null() {
         let (Some(dev), Some(get_pool)) = (
-            crate::gate::current_device(),
+            current_device(),
             helper::<GetPool>(Helper::cuDeviceGetMemPool),
         ) else {
             return;

@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use proto::protocol::{MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP};
 
 use crate::cuda::*;
-use crate::driver::{helper, Helper};
+use crate::driver::{current_context, current_device, helper, Helper};
 use crate::fork_safe::ForkSafe;
+use crate::lease::lease_left_ns;
 
 static FLAGS: AtomicU32 = AtomicU32::new(0);
 static RESIDENT: AtomicU64 = AtomicU64::new(NO_CAP);
@@ -143,7 +144,7 @@ pub fn regained() {
         return;
     }
     let mut table = TABLE.lock();
-    let (Some(device), Some(stream)) = (crate::gate::current_device(), stream(&mut table)) else {
+    let (Some(device), Some(stream)) = (current_device(), stream(&mut table)) else {
         return;
     };
     prefetch(
@@ -156,17 +157,17 @@ pub fn regained() {
 /// True when a PyTorch process should release its cached memory now: its client asks for it,
 /// others wait for the token, and the lease ends within `horizon_ns` (or is over).
 pub fn release_due(horizon_ns: u64) -> bool {
-    releasing_cache() && CONTENDED.load(Relaxed) && crate::gate::lease_left_ns() <= horizon_ns
+    releasing_cache() && CONTENDED.load(Relaxed) && lease_left_ns() <= horizon_ns
 }
 
 /// The client releases PyTorch's cached memory (`release_cache`).
-fn releasing_cache() -> bool {
+pub fn releasing_cache() -> bool {
     FLAGS.load(Acquire) & MEMORY_RELEASE_CACHE != 0
 }
 
 /// The hook's own stream in the current context (made on first use there).
 fn stream(table: &mut Table) -> Option<CUstream> {
-    let ctx = crate::gate::current_context();
+    let ctx = current_context();
     if ctx == 0 {
         return None;
     }
@@ -246,26 +247,6 @@ pub fn after_fork_in_child() {
     CONTENDED.store(false, Relaxed);
     // SAFETY: called from the fork child handler.
     unsafe { TABLE.reset(Table::new()) };
-}
-
-/// For PyTorch's cache release (see `dist/python/gpushare_release.py`): 1 when the process should
-/// release its allocator's cached memory now, given that its next iteration takes about
-/// `iteration_ns`.
-#[unsafe(no_mangle)]
-pub extern "C" fn gpushare_release_due(iteration_ns: u64) -> i32 {
-    std::panic::catch_unwind(|| release_due(iteration_ns.saturating_mul(3) / 2))
-        .map_or(0, i32::from)
-}
-
-/// For PyTorch's cache release: -1 before this process attached to the daemon, 1 when its
-/// client releases cached memory, 0 otherwise.
-#[unsafe(no_mangle)]
-pub extern "C" fn gpushare_release_wanted() -> i32 {
-    match crate::session::state_if_tried() {
-        None => -1,
-        Some(crate::session::Attach::Managed) => i32::from(releasing_cache()),
-        Some(_) => 0,
-    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering::*};
 
-use proto::protocol::{Reply, Request, DEFAULT_SOCKET_DIR, NO_CAP, PROTOCOL_VERSION, SOCKET_NAME};
+use proto::protocol::{
+    Reply, Request, DEFAULT_SOCKET_DIR, NO_CAP, PROTOCOL_VERSION, SCHED_INTERACTIVE, SOCKET_NAME,
+};
 
 use crate::cuda::{CUresult, CUDA_ERROR_NOT_PERMITTED};
 use crate::daemon_link::Link;
@@ -70,7 +72,7 @@ fn attach_slow() -> Attach {
         return state_of(s);
     }
     register_atfork();
-    crate::gate::watch_exit();
+    crate::lease::watch_exit();
     let socket = std::env::var_os("GPUSHARE_SOCKET")
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
@@ -114,6 +116,9 @@ fn attach_slow() -> Attach {
             mps_client_priority,
             memory_flags,
             resident,
+            session: session_id,
+            queue_ahead_ns,
+            sched_flags,
             ..
         }) => {
             set_env_default("CUDA_MPS_PIPE_DIRECTORY", &mps_pipe_dir);
@@ -134,6 +139,8 @@ fn attach_slow() -> Attach {
                 set_env_default("CUDA_MPS_CLIENT_PRIORITY", &mps_client_priority.to_string());
             }
             crate::residency::configure(memory_flags, resident);
+            crate::lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
+            crate::revocation::watch(&socket, session_id);
             crate::clock::choose(&std::env::var("GPUSHARE_CLOCK").unwrap_or_default());
             CAP.store(memory_cap, Release);
             LINK_FD.store(link.fd(), Release);
@@ -170,7 +177,7 @@ fn attach_slow() -> Attach {
 fn settle(state: u8) -> Attach {
     STATE.store(state, Release);
     if state != MANAGED {
-        crate::gate::ungate();
+        crate::lease::ungate();
     }
     state_of(state)
 }
@@ -195,7 +202,7 @@ fn lose(session: &mut Option<Link>, e: std::io::Error) {
 
 /// Runs one exchange with the daemon, or returns `None` when unmanaged.
 fn with_link<T>(f: impl FnOnce(&mut Link) -> std::io::Result<T>) -> Option<T> {
-    if attach() != Attach::Managed || crate::gate::exiting() {
+    if attach() != Attach::Managed || crate::lease::exiting() {
         return None;
     }
     let mut session = SESSION.lock();
@@ -219,17 +226,23 @@ fn unexpected(r: Reply) -> std::io::Error {
 /// Blocks until the daemon grants the token; the lease length, or `None` when unmanaged.
 pub fn acquire() -> Option<u64> {
     with_link(|l| match l.call_untimed(&Request::Acquire)? {
-        Reply::Grant { lease_ns } => Ok(lease_ns),
+        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags)),
         r => Err(unexpected(r)),
     })
 }
 
-/// Gives the token back with the GPU time used and waits in line for the next lease, in one
-/// request, so the daemon weighs this process among the waiting ones; the lease length, or `None`
-/// when unmanaged.
-pub fn renew(gpu_ns: u64) -> Option<u64> {
-    with_link(|l| match l.call_untimed(&Request::Renew { gpu_ns })? {
-        Reply::Grant { lease_ns } => Ok(lease_ns),
+/// A grant of `lease_ns` with `flags` arrived: tells the pacer whether the lease is shared.
+fn granted(lease_ns: u64, flags: u32) -> u64 {
+    crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0);
+    lease_ns
+}
+
+/// Gives the token back with the time its work kept the GPU busy and waits in line for the next
+/// lease, in one request, so the daemon weighs this process among the waiting ones; the lease
+/// length, or `None` when unmanaged.
+pub fn renew(busy_ns: u64) -> Option<u64> {
+    with_link(|l| match l.call_untimed(&Request::Renew { busy_ns })? {
+        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags)),
         r => Err(unexpected(r)),
     })
 }
@@ -238,16 +251,16 @@ pub fn renew(gpu_ns: u64) -> Option<u64> {
 /// nobody else waits, `None` otherwise (or when unmanaged).
 pub fn extend() -> Option<u64> {
     with_link(|l| match l.call(&Request::Extend)? {
-        Reply::Grant { lease_ns } => Ok(Some(lease_ns)),
+        Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags))),
         Reply::NotExtended => Ok(None),
         r => Err(unexpected(r)),
     })
     .flatten()
 }
 
-/// Gives the token back with the GPU time used.
-pub fn release(gpu_ns: u64) {
-    with_link(|l| l.send(&Request::Release { gpu_ns }));
+/// Gives the token back with the time its work kept the GPU busy.
+pub fn release(busy_ns: u64) {
+    with_link(|l| l.send(&Request::Release { busy_ns }));
 }
 
 /// The answer to a reservation.
@@ -326,7 +339,8 @@ unsafe extern "C" fn after_fork_in_child() {
     SESSION.reset(None);
     CAP.store(NO_CAP, Release);
     STATE.store(NOT_TRIED, Release);
-    crate::gate::after_fork_in_child();
-    crate::memory::after_fork_in_child();
+    crate::lease::after_fork_in_child();
+    crate::revocation::after_fork_in_child();
+    crate::ledger::after_fork_in_child();
     crate::residency::after_fork_in_child();
 }

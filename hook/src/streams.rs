@@ -37,6 +37,14 @@ fn note_new(key: usize) {
     }
 }
 
+/// The stream launched on last in this lease, if any.
+pub fn last() -> Option<CUstream> {
+    match LAST.load(Relaxed) {
+        EMPTY => None,
+        key => Some((key ^ TAG) as CUstream),
+    }
+}
+
 /// The streams noted since the last call, which starts a new set; returns how many.
 pub fn take(out: &mut [CUstream; MAX]) -> usize {
     LAST.store(EMPTY, Relaxed);

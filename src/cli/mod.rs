@@ -37,7 +37,7 @@ pub enum Command {
     Status,
     /// List clients with their shares and live usage.
     Clients,
-    /// Change a client's request, limit or memory cap.
+    /// Change a client's request, limit, memory cap or class.
     Set {
         /// Client name.
         name: String,
@@ -50,6 +50,9 @@ pub enum Command {
         /// Device memory cap, e.g. 8GiB, or "unlimited".
         #[arg(long)]
         memory: Option<String>,
+        /// Interactive (true: its work runs at once while batch clients pause) or batch (false).
+        #[arg(long)]
+        interactive: Option<bool>,
     },
     /// Add a client at run time.
     Register {
@@ -127,6 +130,7 @@ pub trait Manager {
     fn unregister_client(&self, name: &str) -> zbus::Result<()>;
     fn set_share(&self, name: &str, request: f64, limit: f64) -> zbus::Result<()>;
     fn set_memory_cap(&self, name: &str, bytes: u64) -> zbus::Result<()>;
+    fn set_interactive(&self, name: &str, interactive: bool) -> zbus::Result<()>;
     fn list_clients(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
     fn list_devices(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
     fn reload(&self) -> zbus::Result<()>;
@@ -239,10 +243,11 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             request,
             limit,
             memory,
+            interactive,
         } => {
-            if request.is_none() && limit.is_none() && memory.is_none() {
+            if request.is_none() && limit.is_none() && memory.is_none() && interactive.is_none() {
                 return Err(usage(
-                    "nothing to set: give --request, --limit or --memory".into(),
+                    "nothing to set: give --request, --limit, --memory or --interactive".into(),
                 ));
             }
             if request.is_some() || limit.is_some() {
@@ -258,6 +263,9 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             }
             if let Some(mem) = memory {
                 m.set_memory_cap(&name, memory_arg(&mem)?).await?;
+            }
+            if let Some(i) = interactive {
+                m.set_interactive(&name, i).await?;
             }
         }
         Command::Register {

@@ -92,6 +92,11 @@ fn client_rows(clients: &[Dict]) -> Vec<Vec<String>> {
             vec![
                 text(c, "name"),
                 text(c, "origin"),
+                if get::<bool>(c, "interactive").unwrap_or(false) {
+                    "interactive".into()
+                } else {
+                    "batch".into()
+                },
                 format!("{:.2}", get::<f64>(c, "request").unwrap_or(0.0)),
                 format!("{:.2}", get::<f64>(c, "limit").unwrap_or(0.0)),
                 format!("{:.1}%", 100.0 * get::<f64>(c, "share_used").unwrap_or(0.0)),
@@ -115,7 +120,7 @@ pub fn clients(as_json: bool, clients: &[Dict]) {
     }
     table(
         &[
-            "CLIENT", "ORIGIN", "REQUEST", "LIMIT", "USED", "MEMORY", "STATE", "PIDS",
+            "CLIENT", "ORIGIN", "CLASS", "REQUEST", "LIMIT", "USED", "MEMORY", "STATE", "PIDS",
         ],
         client_rows(clients),
     );

@@ -65,6 +65,7 @@ fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
     d.insert("limit".into(), value(r.limit));
     d.insert("memory".into(), value(r.memory.unwrap_or(0)));
     d.insert("memory_used".into(), value(r.memory_used));
+    d.insert("interactive".into(), value(r.interactive));
     d.insert("share_used".into(), value(r.share_used));
     d.insert("gpu_time_ns".into(), value(r.gpu_time_ns));
     d.insert("charged_ns".into(), value(r.charged_ns));
@@ -196,6 +197,7 @@ impl Manager {
                 request,
                 limit,
                 memory: (memory > 0).then_some(memory),
+                interactive: false,
             },
             mps: MpsShare::default(),
             memory_mode: MemoryMode::default(),
@@ -235,6 +237,21 @@ impl Manager {
         let keep = |v: f64| (v >= 0.0).then_some(v);
         self.lock()
             .set_share(&name, keep(request), keep(limit), None)?;
+        self.changed();
+        Ok(())
+    }
+
+    /// Makes a client interactive (its work runs as soon as it has some, while batch clients'
+    /// leases end at their next launch) or batch.
+    async fn set_interactive(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        name: String,
+        interactive: bool,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        self.lock().set_interactive(&name, interactive)?;
         self.changed();
         Ok(())
     }

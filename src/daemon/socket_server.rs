@@ -13,10 +13,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Notify};
 
-/// Most connections one uid may hold at once; more are refused so that no user can exhaust the
-/// daemon's file descriptors.
-pub const MAX_SESSIONS_PER_UID: usize = 1024;
-
 /// Binds the socket (replacing a stale one) and makes it connectable by every user: the daemon
 /// decides who may do what from the peer's credentials.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
@@ -113,6 +109,9 @@ async fn handle(
         };
     let client = match hello {
         None => return Ok(()),
+        Some(Request::Watch { session }) => {
+            return watch_loop(&mut stream, &state, session, pid, &mut pending).await;
+        }
         Some(Request::Hello { version, .. }) if version != PROTOCOL_VERSION => {
             let msg = format!("protocol version {version} is not {PROTOCOL_VERSION}; update libgpushare or gpushared");
             return refuse(&mut stream, ErrorCode::VersionMismatch, msg).await;
@@ -133,10 +132,13 @@ async fn handle(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let attached = {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.sessions_of_uid(uid) >= MAX_SESSIONS_PER_UID {
+        let most = st.config.daemon.max_processes_per_user;
+        if st.sessions_of_uid(uid) >= most {
             Err((
                 ErrorCode::Refused,
-                format!("uid {uid} already has {MAX_SESSIONS_PER_UID} processes attached"),
+                format!(
+                    "uid {uid} already has {most} processes attached (daemon.max_processes_per_user)"
+                ),
             ))
         } else {
             st.attach(&who, pid, &client, tx)
@@ -169,6 +171,41 @@ async fn handle(
     result
 }
 
+/// Serves the watch connection of `session`: revocations go out on it until either side closes.
+/// Only the process that owns the session may watch it; it sends nothing more.
+async fn watch_loop(
+    stream: &mut UnixStream,
+    state: &Arc<Mutex<State>>,
+    session: u64,
+    pid: u32,
+    pending: &mut Vec<u8>,
+) -> Result<(), String> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let watched = state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .watch(session, pid, tx);
+    if let Err(message) = watched {
+        return refuse(stream, ErrorCode::NotAllowed, message).await;
+    }
+    loop {
+        tokio::select! {
+            reply = rx.recv() => {
+                // the session closed (its sender went with it)
+                let Some(reply) = reply else { return Ok(()) };
+                write_reply(stream, &reply).await?;
+            }
+            read = stream.read_buf(pending) => {
+                match read {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => return Err("a watch connection sent a request".into()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        }
+    }
+}
+
 /// Serves an attached session. `pending` holds bytes already read past the Hello.
 async fn session_loop(
     stream: &mut UnixStream,
@@ -182,6 +219,7 @@ async fn session_loop(
     write_reply(stream, &welcome).await?;
     loop {
         while let Some(request) = take_request(pending)? {
+            tracing::trace!(session, ?request, "request");
             let reply = {
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                 match request {
@@ -190,14 +228,15 @@ async fn session_loop(
                         st.acquire(session);
                         None
                     }
-                    Request::Release { gpu_ns } => {
-                        st.release(session, gpu_ns);
+                    Request::Release { busy_ns } => {
+                        st.release(session, busy_ns);
                         None
                     }
-                    Request::Renew { gpu_ns } => {
-                        st.renew(session, gpu_ns);
+                    Request::Renew { busy_ns } => {
+                        st.renew(session, busy_ns);
                         None
                     }
+                    Request::Watch { .. } => return Err("Watch on a session connection".into()),
                     Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
                     Request::Extend => Some(st.extend(session)),
                     Request::Unreserve { bytes } => {

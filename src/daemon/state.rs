@@ -7,7 +7,10 @@ use super::identity::Identity;
 use crate::config::{
     check_client_name, check_request_sum, Access, ClientSpec, Config, MemoryMode, MpsShare, Share,
 };
-use crate::protocol::{ErrorCode, Reply, MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP};
+use crate::protocol::{
+    ErrorCode, Reply, GRANT_SHARED, MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP,
+    SCHED_INTERACTIVE,
+};
 use crate::scheduler::{ClientId, Nanos, Scheduler, SessionId, Shares};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -53,6 +56,8 @@ struct Session {
     /// The hook serves this session's device allocations as managed memory (fixed at attach).
     managed: bool,
     tx: mpsc::UnboundedSender<Reply>,
+    /// The process's watch connection, where revocations go.
+    watch: Option<mpsc::UnboundedSender<Reply>>,
 }
 
 /// Something other parts (D-Bus signals, logs, sd-notify status) want to hear about.
@@ -92,6 +97,7 @@ pub struct ClientReport {
     /// Memory cap in bytes, `None` for unlimited.
     pub memory: Option<u64>,
     pub memory_used: u64,
+    pub interactive: bool,
     /// Fraction of GPU time charged over the last ten seconds.
     pub share_used: f64,
     pub gpu_time_ns: u64,
@@ -133,7 +139,10 @@ impl State {
         let origin = Instant::now();
         let mut sched = Scheduler::new(config.daemon.quantum.as_nanos() as Nanos, 0);
         sched.set_grace(config.daemon.lease_grace.as_nanos() as Nanos);
-        sched.set_slots(config.daemon.concurrent_leases);
+        sched.set_slots(
+            config.daemon.concurrent_leases,
+            config.daemon.overlap_by_demand,
+        );
         let mut s = State {
             config,
             config_error: None,
@@ -244,9 +253,9 @@ impl State {
                 ),
             ));
         }
-        let welcome = self.welcome(&entry.spec);
         let managed = entry.spec.memory_mode.oversubscribe;
         let session = self.fresh_id();
+        let welcome = self.welcome(&self.clients[&name].spec, session);
         self.clients
             .get_mut(&name)
             .map(|c| c.sessions.insert(session));
@@ -259,6 +268,7 @@ impl State {
                 reserved: 0,
                 managed,
                 tx,
+                watch: None,
             },
         );
         self.emit(Event::Attached {
@@ -269,7 +279,7 @@ impl State {
         Ok((session, welcome))
     }
 
-    fn welcome(&self, spec: &ClientSpec) -> Reply {
+    fn welcome(&self, spec: &ClientSpec, session: SessionId) -> Reply {
         Reply::Welcome {
             client: spec.name.clone(),
             memory_cap: spec.share.memory.unwrap_or(NO_CAP),
@@ -284,6 +294,29 @@ impl State {
             mps_client_priority: spec.mps.priority.level(),
             memory_flags: memory_flags(&spec.memory_mode),
             resident: spec.memory_mode.resident.unwrap_or(NO_CAP),
+            session,
+            queue_ahead_ns: self.config.daemon.queue_ahead.as_nanos() as u64,
+            sched_flags: if spec.share.interactive {
+                SCHED_INTERACTIVE
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Opens the watch connection of `session` for process `pid`: revocations go to `tx`.
+    pub fn watch(
+        &mut self,
+        session: SessionId,
+        pid: u32,
+        tx: mpsc::UnboundedSender<Reply>,
+    ) -> Result<(), String> {
+        match self.sessions.get_mut(&session) {
+            Some(s) if s.pid == pid => {
+                s.watch = Some(tx);
+                Ok(())
+            }
+            _ => Err(format!("process {pid} has no session {session}")),
         }
     }
 
@@ -327,7 +360,7 @@ impl State {
     pub fn extend(&mut self, session: SessionId) -> Reply {
         let now = self.now();
         let reply = match self.sched.extend(session, now) {
-            Some(lease_ns) => Reply::Grant { lease_ns },
+            Some(lease_ns) => Reply::Grant { lease_ns, flags: 0 },
             None => Reply::NotExtended,
         };
         self.dispatch();
@@ -335,15 +368,15 @@ impl State {
     }
 
     /// Release and acquire in one step: the session waits in line before the token moves on.
-    pub fn renew(&mut self, session: SessionId, gpu_ns: u64) {
+    pub fn renew(&mut self, session: SessionId, busy_ns: u64) {
         let now = self.now();
-        self.sched.release(session, gpu_ns, now);
+        self.sched.release(session, busy_ns, now);
         self.acquire(session);
     }
 
-    pub fn release(&mut self, session: SessionId, gpu_ns: u64) {
+    pub fn release(&mut self, session: SessionId, busy_ns: u64) {
         let now = self.now();
-        self.sched.release(session, gpu_ns, now);
+        self.sched.release(session, busy_ns, now);
         self.dispatch();
     }
 
@@ -402,15 +435,28 @@ impl State {
     pub fn dispatch(&mut self) -> Option<Nanos> {
         let now = self.now();
         while let Some(g) = self.sched.poll(now) {
+            tracing::trace!(
+                session = g.session,
+                lease_ns = g.lease_ns,
+                holders = self.sched.holder_count(),
+                demand = self.sched.demand(g.session),
+                "grant"
+            );
             let delivered = self.sessions.get(&g.session).is_some_and(|s| {
                 s.tx.send(Reply::Grant {
                     lease_ns: g.lease_ns,
+                    flags: if g.shared { GRANT_SHARED } else { 0 },
                 })
                 .is_ok()
             });
             if !delivered {
                 // The session is closing: take the token back at once and pick again.
                 self.sched.session_gone(g.session, now);
+            }
+        }
+        for session in self.sched.take_revoked() {
+            if let Some(tx) = self.sessions.get(&session).and_then(|s| s.watch.as_ref()) {
+                let _ = tx.send(Reply::Revoke);
             }
         }
         self.sched.next_wakeup(now)
@@ -499,6 +545,16 @@ impl State {
         Ok(())
     }
 
+    /// Makes a client interactive (latency class) or batch.
+    pub fn set_interactive(&mut self, name: &str, interactive: bool) -> Result<(), StateError> {
+        let c = self.clients.get(name).ok_or_else(|| unknown(name))?;
+        let share = Share {
+            interactive,
+            ..c.spec.share
+        };
+        self.apply_share(name, share)
+    }
+
     /// Changes a client's request, limit and/or memory cap (None leaves a value as it is).
     pub fn set_share(
         &mut self,
@@ -514,6 +570,11 @@ impl State {
         if let Some(m) = memory {
             share.memory = m;
         }
+        self.apply_share(name, share)
+    }
+
+    fn apply_share(&mut self, name: &str, share: Share) -> Result<(), StateError> {
+        let c = self.clients.get(name).ok_or_else(|| unknown(name))?;
         share.check(name).map_err(StateError::InvalidArgument)?;
         if c.origin != Origin::Default {
             self.check_sum(name, share.request)?;
@@ -560,6 +621,7 @@ impl State {
             limit: c.spec.share.limit,
             memory: c.spec.share.memory,
             memory_used: c.memory_used,
+            interactive: c.spec.share.interactive,
             share_used: u.share,
             gpu_time_ns: u.gpu_total,
             charged_ns: u.charged_total,
@@ -693,7 +755,8 @@ impl State {
             .set_quantum(new.daemon.quantum.as_nanos() as Nanos);
         self.sched
             .set_grace(new.daemon.lease_grace.as_nanos() as Nanos);
-        self.sched.set_slots(new.daemon.concurrent_leases);
+        self.sched
+            .set_slots(new.daemon.concurrent_leases, new.daemon.overlap_by_demand);
         self.config = new;
         self.managed_limit = managed_limit(&self.config);
         self.dispatch();
@@ -732,6 +795,7 @@ fn shares(s: &Share) -> Shares {
     Shares {
         request: s.request,
         limit: s.limit,
+        interactive: s.interactive,
     }
 }
 
@@ -798,7 +862,8 @@ mod tests {
         assert_eq!(
             rx.try_recv().unwrap(),
             Reply::Grant {
-                lease_ns: 20_000_000
+                lease_ns: 20_000_000,
+                flags: 0
             }
         );
         s.detach(sid);
@@ -875,6 +940,7 @@ mod tests {
                 request,
                 limit: 1.0,
                 memory: None,
+                interactive: false,
             },
             mps: MpsShare::default(),
             memory_mode: MemoryMode::default(),

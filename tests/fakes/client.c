@@ -8,6 +8,9 @@
  *   capture:N:NS    N launches on a capturing stream
  *   capture_mix:N:NS  N times: a launch on a capturing stream, then one on the null stream
  *   threads:T:N     T threads, each launching N kernels of 1 ms
+ *   run:MS:NS:SYNC:GAP  kernels of NS ns for MS ms, a cuCtxSynchronize after every SYNC of them
+ *                   (0: only at the end) and GAP us of host work after each -> "run K kernels"
+ *                   (with SYNC 1, also the median and 99th percentile of launch-to-done in us)
  *   alloc:B  managed:B  async:B  pool:B  pitch:W:H  create:B   -> "alloc B -> RESULT"
  *   array:W:H  array3d:W:H:D   float CUDA arrays              -> "array W H -> RESULT"
  *   nvml     nvmlDeviceGetMemoryInfo and _v2 of device 0    -> "nvml total=T free=F used=U"
@@ -30,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -59,6 +63,7 @@ DECL(CUresult, cuMemGetInfo, (size_t *, size_t *))
 DECL(CUresult, cuDeviceTotalMem, (size_t *, int))
 DECL(CUresult, cuArrayCreate, (void **, const void *))
 DECL(CUresult, cuArrayDestroy, (void *))
+DECL(CUresult, cuCtxSynchronize, (void))
 
 static struct {
   cuInit_t init;
@@ -83,6 +88,7 @@ static struct {
   cuDeviceTotalMem_t total;
   cuArrayCreate_t array, array3d;
   cuArrayDestroy_t array_destroy;
+  cuCtxSynchronize_t sync;
 } cu;
 
 #if defined(VIA_LINK)
@@ -111,7 +117,9 @@ CUresult cuDeviceTotalMem_v2(size_t *, int);
 CUresult cuArrayCreate_v2(void **, const void *);
 CUresult cuArray3DCreate_v2(void **, const void *);
 CUresult cuArrayDestroy(void *);
+CUresult cuCtxSynchronize(void);
 static void resolve(void) {
+  cu.sync = cuCtxSynchronize;
   cu.array = cuArrayCreate_v2; cu.array3d = cuArray3DCreate_v2; cu.array_destroy = cuArrayDestroy;
   cu.init = cuInit; cu.launch = cuLaunchKernel; cu.launch_ptsz = cuLaunchKernel_ptsz;
   cu.launch_ex = cuLaunchKernelEx; cu.coop = cuLaunchCooperativeKernel; cu.graph = cuGraphLaunch;
@@ -177,6 +185,7 @@ static void resolve(void) {
   cu.array = (cuArrayCreate_t)sym("cuArrayCreate", "cuArrayCreate_v2", 3020, 0);
   cu.array3d = (cuArrayCreate_t)sym("cuArray3DCreate", "cuArray3DCreate_v2", 3020, 0);
   cu.array_destroy = (cuArrayDestroy_t)sym("cuArrayDestroy", "cuArrayDestroy", 2000, 0);
+  cu.sync = (cuCtxSynchronize_t)sym("cuCtxSynchronize", "cuCtxSynchronize", 2000, 0);
 }
 #endif
 
@@ -206,10 +215,16 @@ static int nallocs;
 
 static void record(enum kind k, uint64_t v) { allocs[nallocs].kind = k; allocs[nallocs].v = v; nallocs++; }
 
+static int cmp_ll(const void *x, const void *y) {
+  long long a = *(const long long *)x, b = *(const long long *)y;
+  return (a > b) - (a < b);
+}
+
 static void run(const char *op) {
   unsigned long long a = 0, b = 0;
+  unsigned long long c = 0, d = 0;
   char name[32] = {0};
-  sscanf(op, "%31[a-z_13]:%llu:%llu", name, &a, &b);
+  sscanf(op, "%31[a-z_13]:%llu:%llu:%llu:%llu", name, &a, &b, &c, &d);
   if (strcmp(name, "sleep") == 0) { usleep(a * 1000); return; }
   if (strcmp(name, "fork") == 0) {
     fflush(stdout);
@@ -303,6 +318,35 @@ static void run(const char *op) {
   uint64_t ns = b;
   void *params[1] = {&ns};
   CUresult r = 0;
+  if (!strcmp(name, "run")) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long long k = 0;
+    static long long lat[1 << 16];
+    for (;;) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= (long long)a || r) break;
+      r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+      k++;
+      if (c && k % c == 0) cu.sync();
+      if (c == 1 && k <= (1 << 16)) {
+        struct timespec e;
+        clock_gettime(CLOCK_MONOTONIC, &e);
+        lat[k - 1] = ((e.tv_sec - t.tv_sec) * 1000000000ll + (e.tv_nsec - t.tv_nsec)) / 1000;
+      }
+      if (d) usleep(d);
+    }
+    cu.sync();
+    printf("run %llu kernels -> %d", k, r);
+    if (c == 1 && k) {
+      unsigned long long n = k < (1 << 16) ? k : (1 << 16);
+      qsort(lat, n, sizeof lat[0], cmp_ll);
+      printf(" p50=%lld p99=%lld", lat[n / 2], lat[(n * 99) / 100]);
+    }
+    printf("\n");
+    fflush(stdout);
+    return;
+  }
   if (!strcmp(name, "capture_mix")) {
     CUstream s = NULL;
     cu.stream_create(&s, 0);

@@ -2,7 +2,11 @@
  *
  * Kernels run synchronously in the launching thread: they sleep the number of
  * nanoseconds that their first kernel parameter points to (a uint64_t), then append
- * "pid start_ns end_ns function\n" to the file named by FAKE_CUDA_LOG. Device memory is a
+ * "pid start_ns end_ns function\n" to the file named by FAKE_CUDA_LOG.
+ * With FAKE_CUDA_GPU=FILE they are asynchronous instead, on one GPU shared by every process
+ * that names the same FILE: a launch returns at once and its kernel runs after all work
+ * launched before it, by any process (first come, first served, one kernel at a time); events
+ * complete when the work recorded before them has, and synchronize calls wait for that. Device memory is a
  * counter with a fixed total (FAKE_CUDA_TOTAL_MEM bytes, default 16 GiB). Events and streams
  * are trivial, since all work is finished when a launch returns; a stream can capture.
  *
@@ -12,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <sys/file.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,8 +49,41 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void log_kernel(const char *fn, uint64_t start, uint64_t end);
+
+/* The shared GPU of FAKE_CUDA_GPU: the time its queue runs until, in the file. */
+static uint64_t queued_until; /* this process's work ends then */
+static uint64_t gpu_enqueue(const char *path, uint64_t ns) {
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return now_ns();
+  flock(fd, LOCK_EX);
+  uint64_t busy = 0;
+  if (pread(fd, &busy, sizeof busy, 0) != sizeof busy) busy = 0;
+  uint64_t now = now_ns(), start = busy > now ? busy : now;
+  if (queued_until > start) start = queued_until;
+  uint64_t end = start + ns;
+  if (pwrite(fd, &end, sizeof end, 0) != sizeof end) { /* the test sees wrong timings */ }
+  flock(fd, LOCK_UN);
+  close(fd);
+  queued_until = end;
+  return start;
+}
+static void sleep_until(uint64_t t) {
+  struct timespec until = {(time_t)(t / 1000000000ull), (long)(t % 1000000000ull)};
+  while (now_ns() < t && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
+  }
+}
+
 static void run_kernel(const char *fn, void **params) {
   uint64_t ns = (params && params[0]) ? *(uint64_t *)params[0] : 0;
+  const char *gpu = getenv("FAKE_CUDA_GPU");
+  if (gpu && *gpu) {
+    pthread_mutex_lock(&lock);
+    uint64_t start = gpu_enqueue(gpu, ns);
+    pthread_mutex_unlock(&lock);
+    log_kernel(fn, start, start + ns);
+    return;
+  }
   uint64_t start = now_ns(), end;
   /* Sleep rather than spin: a GPU kernel does not use the launching CPU, and spinning
    * "kernels" of several processes would make a busy test machine stretch them. */
@@ -53,6 +91,10 @@ static void run_kernel(const char *fn, void **params) {
   while (ns && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
   }
   end = now_ns();
+  log_kernel(fn, start, end);
+}
+
+static void log_kernel(const char *fn, uint64_t start, uint64_t end) {
   const char *path = getenv("FAKE_CUDA_LOG");
   if (!path || !*path) return;
   char line[160];
@@ -128,7 +170,7 @@ EXPORT CUresult cuDriverGetVersion(int *v) { if (!v) return ERR_INVALID_VALUE; *
 EXPORT CUresult cuDeviceGetCount(int *n) { if (!initialized) return ERR_NOT_INITIALIZED; *n = 1; return OK; }
 EXPORT CUresult cuDeviceGet(int *d, int ordinal) { if (!initialized) return ERR_NOT_INITIALIZED; if (ordinal) return 101; *d = 0; return OK; }
 EXPORT CUresult cuCtxGetDevice(int *d) { *d = 0; return OK; }
-EXPORT CUresult cuCtxSynchronize(void) { return OK; }
+EXPORT CUresult cuCtxSynchronize(void) { sleep_until(queued_until); return OK; }
 static __thread void *current_ctx;
 EXPORT CUresult cuCtxGetCurrent(void **ctx) { *ctx = initialized ? (current_ctx ? current_ctx : (void *)0xc0) : NULL; return OK; }
 EXPORT CUresult cuCtxSetCurrent(void *ctx) { current_ctx = ctx; return OK; }
@@ -172,7 +214,7 @@ EXPORT CUresult cuGraphLaunch_ptsz(void *exec, CUstream s) { (void)s; void *p[1]
 /* ---- streams, capture, events ---- */
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, sizeof(struct fake_stream)); return OK; }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return OK; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(queued_until); return OK; }
 static int is_real_stream(CUstream s) { return (uintptr_t)s > 0x10; }
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
   (void)mode;
@@ -192,9 +234,10 @@ EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
 EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) { return cuStreamIsCapturing(s, status); }
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { static __thread int m; int old = m; m = *mode; *mode = old; return OK; }
 static int events_recorded;
-EXPORT CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = malloc(1); return OK; }
+/* An event is the time the work recorded before it ends (0: none). */
+EXPORT CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(uint64_t)); return OK; }
 EXPORT CUresult cuEventRecord(void *e, CUstream s) {
-  (void)e;
+  *(uint64_t *)e = queued_until;
   if (is_real_stream(s) && ((struct fake_stream *)s)->capturing) {
     /* The real driver would invalidate the capture. */
     fprintf(stderr, "fake_cuda: cuEventRecord on a capturing stream\n");
@@ -204,8 +247,11 @@ EXPORT CUresult cuEventRecord(void *e, CUstream s) {
 }
 EXPORT CUresult cuEventRecord_ptsz(void *e, CUstream s) { return cuEventRecord(e, s); }
 /* FAKE_CUDA_NEVER_DONE: events never complete (work that waits on another process). */
-EXPORT CUresult cuEventQuery(void *e) { (void)e; return getenv("FAKE_CUDA_NEVER_DONE") ? 600 : OK; }
-EXPORT CUresult cuEventSynchronize(void *e) { (void)e; return OK; }
+EXPORT CUresult cuEventQuery(void *e) {
+  if (getenv("FAKE_CUDA_NEVER_DONE")) return 600;
+  return now_ns() >= *(uint64_t *)e ? OK : 600;
+}
+EXPORT CUresult cuEventSynchronize(void *e) { sleep_until(*(uint64_t *)e); return OK; }
 EXPORT CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
 
 /* ---- memory ---- */

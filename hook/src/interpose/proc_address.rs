@@ -5,8 +5,7 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cuda::{CUresult, CUDA_SUCCESS};
-use crate::driver::{self, Lib};
-use crate::exports;
+use crate::driver::{self, Exports, Lib};
 use crate::guard::say;
 
 type GetV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64) -> CUresult;
@@ -15,19 +14,21 @@ type GetV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64, *mu
 /// `cuGetProcAddress` (CUDA 11.3+, four arguments).
 pub unsafe fn get_v1(
     real: GetV1,
+    exports: &'static Exports,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: i32,
     flags: u64,
 ) -> CUresult {
     let r = real(symbol, pfn, version, flags);
-    substitute(r, symbol, pfn);
+    substitute(exports, r, symbol, pfn);
     r
 }
 
 /// `cuGetProcAddress_v2` (CUDA 12+, with the query status).
 pub unsafe fn get_v2(
     real: GetV2,
+    exports: &'static Exports,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: i32,
@@ -35,27 +36,33 @@ pub unsafe fn get_v2(
     status: *mut i32,
 ) -> CUresult {
     let r = real(symbol, pfn, version, flags, status);
-    substitute(r, symbol, pfn);
+    substitute(exports, r, symbol, pfn);
     r
 }
 
-unsafe fn substitute(r: CUresult, symbol: *const c_char, pfn: *mut *mut c_void) {
+unsafe fn substitute(
+    exports: &'static Exports,
+    r: CUresult,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+) {
     if r != CUDA_SUCCESS || pfn.is_null() || symbol.is_null() || (*pfn).is_null() {
         return;
     }
     let requested = base_name(CStr::from_ptr(symbol).to_bytes());
-    match wrapper_for(requested, *pfn as usize) {
+    match wrapper_for(exports, requested, *pfn as usize) {
         Some(w) => *pfn = w as *mut c_void,
-        None => warn_if_unknown(requested, *pfn),
+        None => warn_if_unknown(exports, requested, *pfn),
     }
 }
 
 /// For a name the hook wraps, the driver answered with a function that is no exported symbol
 /// (an old ABI like `cuMemAlloc` v1 is one, and is not wrapped on purpose): that entry point
 /// runs unmanaged. Said once per process.
-fn warn_if_unknown(requested: &[u8], p: *mut c_void) {
+fn warn_if_unknown(exports: &Exports, requested: &[u8], p: *mut c_void) {
     static WARNED: AtomicBool = AtomicBool::new(false);
-    let wrapped = exports::SLOTS
+    let wrapped = exports
+        .slots
         .iter()
         .any(|s| base_name(s.name.to_bytes()) == requested);
     if !wrapped || WARNED.load(Ordering::Acquire) {
@@ -75,19 +82,20 @@ fn warn_if_unknown(requested: &[u8], p: *mut c_void) {
 }
 
 /// The wrapper that calls exactly `p`, among the slots for the base name `requested`.
-fn wrapper_for(requested: &[u8], p: usize) -> Option<usize> {
-    if exports::wrapper_index(p).is_some() {
+fn wrapper_for(exports: &'static Exports, requested: &[u8], p: usize) -> Option<usize> {
+    if exports.wrapper_index(p).is_some() {
         return None;
     }
-    driver::bind(Lib::Cuda);
-    exports::SLOTS
+    driver::bind(Lib::Cuda, Some(exports));
+    exports
+        .slots
         .iter()
         .position(|s| {
             s.lib == Lib::Cuda
                 && base_name(s.name.to_bytes()) == requested
                 && s.real.load(Ordering::Acquire) == p
         })
-        .map(exports::wrapper)
+        .map(exports.wrapper)
 }
 
 /// A symbol without its ABI suffixes: `cuMemAlloc_v2` and `cuLaunchKernel_ptsz` become

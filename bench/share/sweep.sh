@@ -1,0 +1,274 @@
+#!/bin/bash
+# Share accuracy where a token scheduler without MPS may fail: a kernel-size x sync-interval sweep,
+# two Unix users, and a transformer training loop:
+#   bench/share/sweep.sh [OUTPUT_DIR]        (run as root)
+# Saturating bf16 matmul jobs (kernel_job.py) whose kernels last about 50 us, 200 us, 1.6 ms or
+# 20 ms (the matmul shape is calibrated at start-up with CUDA events; the measured kernel time is
+# in the output), synchronizing after every kernel (sync 1), every 4 kernels (sync 4) or only
+# every ~1 s of queued work (sync 0). Each cell KERNEL:SYNC runs
+#   CELL.solo   one job alone, without the hook: the cell's solo rate;
+#   CELL.pair   two jobs at once under a fresh gpushared in its default mode (no MPS; one lease
+#               at a time unless the GPU has room; only the clients configured), client a
+#               (request 0.75, user gsbench1) and b (0.25, gsbench2);
+#   CELL.quad   (QUAD_CELLS) four jobs, clients q1-q4 with requests 0.4/0.3/0.2/0.1, the users
+#               alternating;
+#   CELL.alone  (ALONE_CELLS) one job under gpushared, client a alone: what the hook costs a
+#               lone client (its due share is 1);
+#   HEAVY+LIGHT.mix (MIX_CELLS) a saturating job (client a, 0.5, gsbench1) beside one that leaves
+#               the GPU idle (client b, 0.5, gsbench2), each against its own solo rate. A cell
+#               KERNEL:SYNC:HOST_US sleeps HOST_US after each synchronize (host work).
+# Then (TRANSFORMER) an 8-layer transformer training loop (transformer_job.py): alone
+# (transformer.solo), two under gpushare as a/b above (transformer.gpushare), and two without
+# the hook, the driver's time-slicing (transformer.timeslice).
+# A job's share is its rate over the solo rate, per WINDOW-second window; sweep_analyze.py gives
+# each job's shares, the worst distance from its due share and the sum of the shares.
+# Users gsbench1 and gsbench2 are created when missing (useradd -M); the work directory, the job
+# programs and the hook are made readable for them, and the Python installation too where they
+# cannot import torch (these are scratch benchmark machines). Without them, every job runs as the
+# calling user (noted in the output).
+# Environment (defaults in brackets):
+#   CELLS       two-client cells [50us:1 50us:4 50us:0 200us:1 200us:4 200us:0 1600us:1 1600us:4
+#               1600us:0 20ms:1 20ms:4 20ms:0]; about 45 s each
+#   QUAD_CELLS  four-client cells [1600us:4 50us:1]; about 50 s each
+#   ALONE_CELLS one-client cells [none]; about 45 s each
+#   MIX_CELLS   HEAVY+LIGHT pairs [none], e.g. 1600us:0+50us:1:500; about 70 s each
+#   TRANSFORMER transformer phases besides the solo one, of "gpushare timeslice" [both]; about
+#               100 s together
+#   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log
+#   SPAN [15] measured seconds of a shared phase, SOLO_SPAN [8] of a solo one, STARTUP [8] (and
+#   TF_STARTUP [14]) seconds allowed for the jobs to start, WINDOW [10], QUANTUM [the daemon's
+#   default] the lease length, BUDGET [450] seconds after which phases not yet started are
+#   skipped (an error line each), PYTHON (with torch) [python3's interpreter].
+# The full default set takes about 13 minutes on an H100; bench/run.sh splits it into parts 7-9.
+# Needs python3 with torch; gpushared and libgpushare.so prebuilt in $TARGET (default
+# target/release). The GPU's settings are untouched.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
+# shellcheck source=../users.sh
+. "$here/../users.sh"
+export PYTHONUNBUFFERED=1
+outdir=${1:-${OUT:-$here}}
+name=${NAME:-sweep}
+out=$outdir/$name.jsonl
+cells=${CELLS-50us:1 50us:4 50us:0 200us:1 200us:4 200us:0 1600us:1 1600us:4 1600us:0 20ms:1 20ms:4 20ms:0}
+quad_cells=${QUAD_CELLS-1600us:4 50us:1}
+alone_cells=${ALONE_CELLS-}
+mix_cells=${MIX_CELLS-}
+transformer=${TRANSFORMER-gpushare timeslice}
+span=${SPAN:-15}
+solo_span=${SOLO_SPAN:-8}
+startup=${STARTUP:-8}
+tf_startup=${TF_STARTUP:-14}
+window=${WINDOW:-10}
+quantum=${QUANTUM:-}
+budget=${BUDGET:-450}
+job_limit=$((tf_startup + span + 90))
+mkdir -p "$outdir"
+: >"$out"
+
+log() { echo "$*" >&2; }
+# fits SECONDS PHASE: whether a phase of about SECONDS still fits in the budget; else an error line.
+fits() {
+  ((SECONDS + $1 <= budget)) && return 0
+  json_line phase="$2" error="skipped: ${SECONDS}s gone, about $1 s more would pass BUDGET=$budget" >>"$out"
+  log "   skipped (budget)"
+  return 1
+}
+# launch FILE USER ENV PROGRAM ARGS...: PROGRAM (in $jobdir) as USER in the background, with the
+# variables in ENV (a space-separated list), its output in FILE and FILE.err; its pid in `pids`.
+launch() {
+  local f=$1 u=$2 e=$3 prog=$4
+  shift 4
+  # shellcheck disable=SC2086
+  as_user "$u" timeout "$job_limit" env $e "$py" "$jobdir/$prog" "$@" >"$f" 2>"$f.err" &
+  pids+=($!)
+}
+# collect PHASE FILE...: the jobs' JSON lines into the output; an error line for a job without one.
+collect() {
+  local phase=$1 f
+  shift
+  for f in "$@"; do
+    grep -h '^{' "$f" >>"$out" 2>/dev/null ||
+      json_line phase="$phase" job="$(basename "$f")" error="no result: $(grep -v '^gpushare' "$f.err" 2>/dev/null | tail -3 | tr '\n' ' ')" >>"$out"
+  done
+}
+# progress PHASE: the phase's shares so far, on stderr.
+progress() {
+  python3 "$here/sweep_analyze.py" --window "$window" "$out" 2>/dev/null | python3 -c '
+import json, sys
+d, ph = json.load(sys.stdin), sys.argv[1]
+f = lambda x: "-" if x is None else "%.3f" % x
+if ph.endswith(".solo"):
+    s = d["solo"].get(ph[:-5])
+    print("   solo: %s" % ("no result" if not s else "%.1f %s/s" % (s["rate"], s["unit"])
+          + (", %.1f us per kernel (calibrated %s)" % (s["us_per_kernel"], s["kernel_us"]) if s.get("us_per_kernel") else "")))
+elif ph in d and "jobs" in d[ph]:
+    v = d[ph]
+    for n, j in v["jobs"].items():
+        print("   %s: share %s, windows %s, due %s" % (n, f(j["share"]), " ".join(f(w) for w in j["windows"]), f(j.get("due"))))
+    print("   sum %s, worst %s points from due" % (f(v["sum"]), f(v.get("max_error_points"))))
+else:
+    print("   %s: no shares (%s)" % (ph, (d.get(ph) or {}).get("error", "see the errors in the output")))
+' "$1" >&2
+}
+# start_daemon CLIENT:REQUEST:USER...: a fresh gpushared in its default mode with those clients;
+# on failure, why in `derr`.
+start_daemon() {
+  local c n r u
+  derr=""
+  {
+    [[ -n $quantum ]] && printf '[daemon]\nquantum = "%s"\n' "$quantum"
+    gpu_toml false
+    for c in "$@"; do
+      IFS=: read -r n r u <<<"$c"
+      printf '[clients.%s]\nrequest = %s\nusers = ["%s"]\n' "$n" "$r" "$u"
+    done
+  } >"$work/gpushare.toml"
+  [[ -f $work/lib/libgpushare.so ]] || { derr="no $target/libgpushare.so"; return 1; }
+  gpushared_start "$work/gpushare.toml" "$outdir/$name.gpushared.log" ||
+    { derr="gpushared did not start: $(tail -2 "$outdir/$name.gpushared.log" | tr '\n' ' ')"; return 1; }
+  chmod 755 "$work/run"
+}
+
+# kernel jobs: kjob_args CELL -> the shape, kernel time and sync options of its kernel
+kjob_args() {
+  local k=${1%%:*} rest=${1#*:} host=0
+  [[ $rest == *:* ]] && host=${rest#*:}
+  echo "--cell $1 --shape ${shape[$k]} --kernel-us ${kus[$k]} --sync ${rest%%:*} --host-us $host"
+}
+solo_cell() { # CELL: once per cell and run
+  local cell=$1 phase=$1.solo pids=() f
+  [[ -n ${solo_done[$cell]:-} ]] && return
+  solo_done[$cell]=1
+  log "== $phase"
+  fits $((startup + solo_span + 12)) "$phase" || return
+  [[ -n ${shape[${cell%%:*}]:-} ]] || { json_line phase="$phase" error="kernel ${cell%%:*} not calibrated" >>"$out"; return; }
+  f=$work/${phase//:/_}
+  # shellcheck disable=SC2046
+  launch "$f" "$u1" "" kernel_job.py solo --phase "$phase" --mode solo --user "$u1" $(kjob_args "$cell") \
+    --until "$(at $((startup / 2 + solo_span + 1)))"
+  wait "${pids[@]}"
+  collect "$phase" "$f"
+  progress "$phase"
+}
+shared_cell() { # CELL pair|quad
+  local cell=$1 phase=$1.$2 pids=() files=() clients c n r u until
+  log "== $phase"
+  fits $((startup + span + 20)) "$phase" || return
+  [[ -n ${shape[${cell%%:*}]:-} ]] || { json_line phase="$phase" error="kernel ${cell%%:*} not calibrated" >>"$out"; return; }
+  case $2 in
+    pair) clients=("a:0.75:$u1" "b:0.25:$u2") ;;
+    quad) clients=("q1:0.4:$u1" "q2:0.3:$u2" "q3:0.2:$u1" "q4:0.1:$u2") ;;
+    alone) clients=("a:0.75:$u1") ;;
+    mix) clients=("a:0.5:$u1" "b:0.5:$u2") ;;
+  esac
+  start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
+  until=$(at $((startup + span)))
+  for c in "${clients[@]}"; do
+    IFS=: read -r n r u <<<"$c"
+    files+=("$work/${phase//:/_}.$n")
+    # a mixed phase: client a runs the heavy cell, b the light one
+    jcell=$cell
+    [[ $2 == mix ]] && { [[ $n == a ]] && jcell=${cell%%+*} || jcell=${cell#*+}; }
+    # shellcheck disable=SC2046
+    launch "${files[-1]}" "$u" "$uhook GPUSHARE_CLIENT=$n" kernel_job.py "$n" --phase "$phase" --mode gpushare \
+      --request "$r" --user "$u" $(kjob_args "$jcell") --until "$until"
+  done
+  wait "${pids[@]}"
+  gpushared_stop
+  collect "$phase" "${files[@]}"
+  progress "$phase"
+}
+transformer_phase() { # solo|gpushare|timeslice
+  local phase=transformer.$1 pids=() files=() n r u c until clients
+  log "== $phase"
+  if [[ $1 == solo ]]; then
+    fits $((tf_startup + solo_span + 12)) "$phase" || return
+    files=("$work/$phase")
+    launch "${files[0]}" "$u1" "" transformer_job.py solo --phase "$phase" --mode solo --user "$u1" \
+      --until "$(at $((tf_startup + solo_span)))"
+  else
+    fits $((tf_startup + span + 20)) "$phase" || return
+    clients=("a:0.75:$u1" "b:0.25:$u2")
+    if [[ $1 == gpushare ]]; then
+      start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
+    fi
+    until=$(at $((tf_startup + span)))
+    for c in "${clients[@]}"; do
+      IFS=: read -r n r u <<<"$c"
+      files+=("$work/$phase.$n")
+      if [[ $1 == gpushare ]]; then
+        launch "${files[-1]}" "$u" "$uhook GPUSHARE_CLIENT=$n" transformer_job.py "$n" --phase "$phase" \
+          --mode gpushare --request "$r" --user "$u" --until "$until"
+      else
+        launch "${files[-1]}" "$u" "" transformer_job.py "ts.$n" --phase "$phase" --mode timeslice --user "$u" \
+          --until "$until"
+      fi
+    done
+  fi
+  wait "${pids[@]}"
+  gpushared_stop
+  collect "$phase" "${files[@]}"
+  progress "$phase"
+}
+
+header "name=$name span=$span solo_span=$solo_span startup=$startup window=$window quantum=${quantum:-default}" >>"$out"
+u1=gsbench1 u2=gsbench2
+if ! bench_users "$u1" "$u2" >>"$out"; then
+  u1=$(id -un) u2=$(id -un)
+  json_line note="two users unavailable: every job runs as $u1, clients a/b both allow $u1" >>"$out"
+  log "users gsbench1/gsbench2 unavailable: running every job as $u1"
+fi
+bench_copy "$here/kernel_job.py" "$here/transformer_job.py"
+
+declare -A shape=() kus=() solo_done=()
+kernels=$(for c in $cells $quad_cells $alone_cells ${mix_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
+if [[ -n ${kernels// /} ]]; then
+  log "== calibration: $kernels"
+  # shellcheck disable=SC2086
+  as_user "$u1" timeout 180 "$py" "$jobdir/kernel_job.py" --calibrate $kernels >"$work/cal" 2>"$work/cal.err"
+  grep -h '^{' "$work/cal" >>"$out" ||
+    json_line phase=calibration error="no result: $(tail -3 "$work/cal.err" | tr '\n' ' ')" >>"$out"
+  while read -r k s us; do
+    shape[$k]=$s kus[$k]=$us
+    log "   $k: shape $s, $us us per kernel"
+  done < <(python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        r = json.loads(l)
+        if r.get("kind") == "calibration":
+            print(r["kernel"], "%d,%d" % tuple(r["shape"]), r["kernel_us"])
+' "$work/cal")
+fi
+
+valid() { # CELL: KERNEL:SYNC, e.g. 50us:1, 1.6ms:0
+  [[ $1 =~ ^[0-9.]+(us|ms):[0-9]+(:[0-9]+)?$ ]] && return 0
+  json_line phase="$1" error="not a cell (KERNEL:SYNC, e.g. 50us:4)" >>"$out"
+  return 1
+}
+# each KIND:LIST, in this order: the cells of LIST, a solo phase for each of their kernels (a
+# mixed cell HEAVY+LIGHT has two), then the shared phase of that kind
+for kind_list in pair:cells quad:quad_cells alone:alone_cells mix:mix_cells; do
+  list=${kind_list#*:}
+  for cell in ${!list}; do
+    valid "${cell%%+*}" && valid "${cell#*+}" || continue
+    solo_cell "${cell%%+*}"
+    [[ $cell == *+* ]] && solo_cell "${cell#*+}"
+    shared_cell "$cell" "${kind_list%%:*}"
+  done
+done
+if [[ -n ${transformer// /} ]]; then
+  transformer_phase solo
+  for t in $transformer; do
+    case $t in
+      gpushare | timeslice) transformer_phase "$t" ;;
+      *) log "no transformer phase $t" ;;
+    esac
+  done
+fi
+
+log "== summary (${SECONDS}s)"
+python3 "$here/sweep_analyze.py" --window "$window" "$out" | tee "$outdir/${name}_summary.json"

@@ -1,0 +1,75 @@
+# shellcheck shell=bash disable=SC2034,SC2154
+# Jobs run as other Unix users, for the scenarios where clients belong to different users.
+# Sourced after lib.sh (it uses `work`, `target` and `root`); sets
+#   py      the Python interpreter itself (not a pyenv shim or wrapper other users cannot run)
+#   uhook   the environment that puts a process under the hook, for any user: a copy of
+#           libgpushare.so in the work directory, the socket of the daemon lib.sh starts
+#   jobdir  a directory in `work` readable by all, where bench_copy puts the job programs
+# and the functions bench_users, as_user, bench_copy and json_line.
+py=${PYTHON:-$(python3 -c 'import sys; print(sys.executable)')}
+jobdir=$work/jobs
+mkdir -p "$jobdir" "$work/lib" "$work/home"
+chmod 755 "$jobdir" "$work/lib" "$work/home"
+cp "$target/libgpushare.so" "$work/lib/" 2>/dev/null && chmod 755 "$work/lib/libgpushare.so"
+uhook="LD_PRELOAD=$work/lib/libgpushare.so GPUSHARE_SOCKET=$work/run/gpushare.sock GPUSHARE_NO_DAEMON=refuse"
+
+# json_line KEY=VALUE...: one JSON object (values as strings, except numbers), for error and note
+# lines in the .jsonl files.
+json_line() {
+  python3 - "$@" <<'PY'
+import json, sys
+out = {}
+for kv in sys.argv[1:]:
+    k, _, v = kv.partition("=")
+    try:
+        out[k] = int(v)
+    except ValueError:
+        try:
+            out[k] = float(v)
+        except ValueError:
+            out[k] = v
+print(json.dumps(out))
+PY
+}
+
+# bench_copy FILE...: copies job programs into $jobdir, readable by every user.
+bench_copy() {
+  cp "$@" "$jobdir/" && chmod 644 "$jobdir"/*
+}
+
+# as_user USER CMD...: CMD as USER (its primary group and supplementary groups), with a HOME of
+# its own in the work directory; as ourselves when USER is empty or is us.
+as_user() {
+  local u=$1
+  shift
+  if [[ -z $u || $u == "$(id -un)" ]]; then
+    "$@"
+  elif command -v setpriv >/dev/null; then
+    setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env HOME="$work/home/$u" "$@"
+  else
+    runuser -u "$u" -- env HOME="$work/home/$u" "$@"
+  fi
+}
+
+# bench_users USER...: creates the users that are missing (useradd -M, no login shell) and makes
+# sure the first can run PyTorch; where it cannot, makes the Python installation readable by others
+# (as bench/gpu_side/run.sh does: these are scratch benchmark machines). Prints a JSON note line
+# for what it did; returns 1 when a user is not there or the first still cannot import torch.
+bench_users() {
+  local u ok=0 d path
+  for u in "$@"; do
+    id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u" >/dev/null 2>&1 ||
+      { json_line note="useradd $u failed (not root?)"; ok=1; continue; }
+    mkdir -p "$work/home/$u" && chown "$u:$(id -g "$u")" "$work/home/$u"
+  done
+  [[ $ok == 0 ]] || return 1
+  if ! as_user "$1" "$py" -c 'import torch' 2>/dev/null; then
+    for path in "$(readlink -f "$py")" "$py" "$("$py" -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null)"; do
+      d=$path
+      while [[ $d != / && -n $d ]]; do chmod o+rx "$d" 2>/dev/null; d=$(dirname "$d"); done
+    done
+    json_line note="made the Python installation ($py) readable for other users"
+  fi
+  as_user "$1" "$py" -c 'import torch' 2>"$work/import.err" ||
+    { json_line note="user $1 cannot import torch: $(tail -1 "$work/import.err")"; return 1; }
+}

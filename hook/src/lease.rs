@@ -1,0 +1,153 @@
+//! The lease: what the gate knows of this process's turn on the GPU, kept here for those that
+//! end it or look at it without going through the gate (the watch connection revokes it, the
+//! session ungates the process and resets it in a fork child, residency asks how long it has
+//! left), and the process's exit flag.
+//!
+//! The launch fast path reads [`GATE_AT`] only; the gate changes the rest as leases come and go.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+
+use crate::clock::now_ns;
+use crate::fork_safe::ForkSafe;
+use crate::{pacing, streams};
+
+/// End of the current lease in [`fast_now`](crate::clock::fast_now) units; 0 = no lease,
+/// `u64::MAX` = ungated.
+pub static DEADLINE: AtomicU64 = AtomicU64::new(0);
+/// When a launch next leaves the fast path: the deadline or the next queue check, whichever
+/// comes first ([`fast_now`](crate::clock::fast_now) units, `u64::MAX` = ungated).
+pub static GATE_AT: AtomicU64 = AtomicU64::new(0);
+/// How long a queue check may wait for the GPU (four leases, at least 100 ms).
+pub static WAIT_LIMIT_NS: AtomicU64 = AtomicU64::new(100_000_000);
+/// The daemon revoked the current lease (for an interactive client), at this [`now_ns`].
+pub static REVOKED_AT: AtomicU64 = AtomicU64::new(0);
+/// This process's client is interactive: it gives a lease back as soon as its work is done.
+pub static INTERACTIVE: AtomicBool = AtomicBool::new(false);
+/// End of the current lease in [`now_ns`] units (0: none), for readers off the launch path.
+pub static LEASE_END_NS: AtomicU64 = AtomicU64::new(0);
+pub static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
+/// The idle releaser thread runs (see the gate's lease thread).
+pub static WATCHER: AtomicBool = AtomicBool::new(false);
+/// The idle releaser, woken at each grant.
+pub static WATCHER_THREAD: ForkSafe<Option<std::thread::Thread>> = ForkSafe::new(None);
+/// Set by an `atexit` handler: from then on the hook neither waits for nor talks to the daemon,
+/// and the idle releaser makes no more driver calls.
+pub static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Launches pass through from now on (unmanaged).
+pub fn ungate() {
+    DEADLINE.store(u64::MAX, Release);
+    GATE_AT.store(u64::MAX, Release);
+}
+
+/// How the daemon wants this process's leases used (from its Welcome).
+pub fn configure(queue_ahead_ns: u64, interactive: bool) {
+    pacing::configure(queue_ahead_ns);
+    INTERACTIVE.store(interactive, Release);
+}
+
+/// The daemon revoked the current lease: it ends at the next launch, or in the lease thread.
+pub fn revoke() {
+    if DEADLINE.load(Acquire) == u64::MAX {
+        return;
+    }
+    REVOKED_AT.store(now_ns().max(1), Release);
+    DEADLINE.store(0, Release);
+    GATE_AT.store(0, Release);
+    wake_watcher();
+}
+
+/// Closes the gate: no lease.
+pub fn withdraw() {
+    LEASE_END_NS.store(0, Relaxed);
+    DEADLINE.store(0, Release);
+    GATE_AT.store(0, Release);
+}
+
+pub fn wake_watcher() {
+    if let Some(t) = WATCHER_THREAD.lock().as_ref() {
+        t.unpark();
+    }
+}
+
+/// Nanoseconds left of this process's lease (0 without one, `u64::MAX` when ungated).
+pub fn lease_left_ns() -> u64 {
+    if DEADLINE.load(Acquire) == u64::MAX {
+        return u64::MAX;
+    }
+    LEASE_END_NS.load(Relaxed).saturating_sub(now_ns())
+}
+
+/// True once the process has started to exit.
+pub fn exiting() -> bool {
+    EXITING.load(Acquire)
+}
+
+/// From the first attach on: at exit, stop talking to the daemon (the closing connection gives
+/// everything back) and never wait for it.
+pub fn watch_exit() {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn mark_exiting() {
+        EXITING.store(true, Release);
+    }
+    if !REGISTERED.swap(true, AcqRel) {
+        // SAFETY: registers a plain function.
+        unsafe { libc::atexit(mark_exiting) };
+    }
+}
+
+/// The lease this process holds, as the gate's bookkeeping (pure, unit-tested).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub holding: bool,
+    pub granted_at: u64,
+    pub deadline: u64,
+    /// Context current in the thread that asked for it (0: unknown).
+    pub context: usize,
+}
+
+impl Lease {
+    pub const NONE: Lease = Lease {
+        holding: false,
+        granted_at: 0,
+        deadline: 0,
+        context: 0,
+    };
+
+    /// A lease from `now` for `lease_ns`, in the context noted before (an extension keeps it).
+    pub fn grant(&mut self, now: u64, lease_ns: u64) {
+        *self = Lease {
+            holding: true,
+            granted_at: now,
+            deadline: now.saturating_add(lease_ns),
+            context: self.context,
+        };
+    }
+
+    /// How long the end of this lease waits for its work: four leases, at least 100 ms.
+    pub fn wait_limit(&self) -> u64 {
+        (self.deadline.saturating_sub(self.granted_at))
+            .saturating_mul(4)
+            .max(100_000_000)
+    }
+
+    /// Ends the lease at `now`; returns its wall time.
+    pub fn end(&mut self, now: u64) -> u64 {
+        let wall = now.saturating_sub(self.granted_at);
+        *self = Lease::NONE;
+        wall
+    }
+}
+
+pub fn after_fork_in_child() {
+    withdraw();
+    REVOKED_AT.store(0, Release);
+    pacing::after_fork_in_child();
+    // The idle releaser thread does not exist in the child.
+    WATCHER.store(false, Release);
+    // SAFETY: called from the fork child handler.
+    unsafe { WATCHER_THREAD.reset(None) };
+    streams::take(&mut [std::ptr::null_mut(); streams::MAX]);
+    // SAFETY: called from the fork child handler.
+    unsafe { GATE.reset(Lease::NONE) };
+}

@@ -1,0 +1,458 @@
+//! Pacing of a lease holder's GPU queue.
+//!
+//! Markers (timing-off events) recorded right after launches tell how far the GPU lags behind
+//! this process's launches. While the newest marker is done, the queue is empty and a marker is
+//! recorded after a launch at most every [`CHECK_EVERY_NS`] (cheap for launch-bound loops); once
+//! a marker is found pending, the process is *backlogged*: every launch checks, a marker follows
+//! each launch, and a launch waits while the work queued would take more than the queue budget
+//! (daemon.queue_ahead) to run, estimated from how fast markers complete. So the end of a lease
+//! drains in about the budget (plus one kernel), whatever the kernel sizes and however rarely the
+//! program synchronizes.
+//!
+//! The lease thread samples whether the newest marker is pending; the fraction of samples that
+//! found work pending is the lease's *busy* fraction, reported to the daemon as the process's
+//! demand on the GPU.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+
+use crate::clock::now_ns;
+use crate::cuda::*;
+use crate::driver::{helper, Helper};
+use crate::fork_safe::ForkSafe;
+
+/// While the queue is empty, at most one marker per this many nanoseconds of launching.
+pub const CHECK_EVERY_NS: u64 = 100_000;
+/// Most markers in flight.
+const RING: usize = 32;
+/// `cuEventQuery`'s "not yet".
+pub const CUDA_NOT_READY: CUresult = 600;
+
+/// Record a marker after the launch under way (set at a check, taken after the launch).
+static MARK_AFTER: AtomicBool = AtomicBool::new(false);
+/// Queue budget in GPU nanoseconds.
+static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
+/// The lease runs beside others (the daemon's `GRANT_SHARED`): launches are not held
+/// back, and marker completions do not teach the GPU time per launch. The driver time-slices the
+/// GPU between the processes then, and a marker also waits for the others' work: the queue would
+/// look long, and a launch-bound process held back at every launch ran several times slower than
+/// under plain time-slicing.
+static SHARED: AtomicBool = AtomicBool::new(false);
+/// A wait for this process's queue ran into its limit: no more waits until a marker completes.
+static STALLED: AtomicBool = AtomicBool::new(false);
+
+#[derive(Clone, Copy)]
+struct Marker {
+    event: CUevent,
+    recorded: u64,
+    /// Seen pending at a check: the GPU worked through the time until it completed.
+    seen_pending: bool,
+    /// Recorded after one launch (not by the lease thread after several): its completion
+    /// teaches the GPU time per launch.
+    after_launch: bool,
+}
+
+struct Pacer {
+    ring: [Option<Marker>; RING],
+    head: usize,
+    len: usize,
+    /// Events to reuse.
+    spare: Vec<CUevent>,
+    /// GPU nanoseconds per marked launch while backlogged (0: not known yet).
+    per_launch_ns: u64,
+    /// When the last marker was seen done.
+    last_done: u64,
+    /// When the newest marker was recorded.
+    last_mark: u64,
+    /// When work of this process was last seen pending (at a check or a sample).
+    last_pending: u64,
+    samples: u32,
+    busy_samples: u32,
+}
+
+// SAFETY: events are plain driver handles, usable from any thread of the process.
+unsafe impl Send for Pacer {}
+
+static PACER: ForkSafe<Pacer> = ForkSafe::new(Pacer::new());
+
+impl Pacer {
+    const fn new() -> Pacer {
+        Pacer {
+            ring: [None; RING],
+            head: 0,
+            len: 0,
+            spare: Vec::new(),
+            per_launch_ns: 0,
+            last_done: 0,
+            last_mark: 0,
+            last_pending: 0,
+            samples: 0,
+            busy_samples: 0,
+        }
+    }
+
+    fn front(&mut self) -> Option<&mut Marker> {
+        if self.len == 0 {
+            return None;
+        }
+        self.ring[self.head].as_mut()
+    }
+
+    fn newest(&self) -> Option<Marker> {
+        if self.len == 0 {
+            return None;
+        }
+        self.ring[(self.head + self.len - 1) % RING]
+    }
+
+    fn pop(&mut self, done_at: u64) {
+        let Some(m) = self.ring[self.head].take() else {
+            return;
+        };
+        self.head = (self.head + 1) % RING;
+        self.len -= 1;
+        STALLED.store(false, Relaxed);
+        if m.seen_pending && m.after_launch && !SHARED.load(Relaxed) {
+            // The GPU was busy from the later of the previous completion and this record until now.
+            let took = done_at.saturating_sub(self.last_done.max(m.recorded));
+            self.per_launch_ns = learn(self.per_launch_ns, took);
+        }
+        self.last_done = done_at;
+        self.spare.push(m.event);
+    }
+
+    /// Pops the markers that completed; returns how many are still pending.
+    fn collect(&mut self, query: Query) -> usize {
+        while let Some(m) = self.front() {
+            // SAFETY: a live event of ours.
+            if unsafe { query(m.event) } == CUDA_NOT_READY {
+                m.seen_pending = true;
+                self.last_pending = now_ns();
+                break;
+            }
+            self.pop(now_ns());
+        }
+        self.len
+    }
+
+    /// How many markers may be pending before a launch waits.
+    fn allowed(&self, budget: u64) -> usize {
+        if self.per_launch_ns == 0 {
+            return 2;
+        }
+        // at least two in flight (no gap between kernels) unless one alone passes the budget
+        let least = if self.per_launch_ns > budget { 1 } else { 2 };
+        ((budget / self.per_launch_ns) as usize).clamp(least, RING - 1)
+    }
+}
+
+/// Moving average of the GPU time per marked launch.
+fn learn(old: u64, sample: u64) -> u64 {
+    if old == 0 {
+        sample.max(1)
+    } else {
+        ((old * 3 + sample) / 4).max(1)
+    }
+}
+
+type Query = unsafe extern "C" fn(CUevent) -> CUresult;
+
+fn query_fn() -> Option<Query> {
+    // SAFETY: the signature of cuEventQuery.
+    unsafe { helper::<Query>(Helper::cuEventQuery) }
+}
+
+/// Whether the lease just granted runs beside others.
+pub fn set_shared(shared: bool) {
+    SHARED.store(shared, Relaxed);
+}
+
+pub fn configure(budget_ns: u64) {
+    BUDGET_NS.store(budget_ns.max(1), Relaxed);
+}
+
+/// A check on the launch path (before a launch on `stream`, a nameable stream that is not
+/// capturing): waits while too much work is queued, and asks for a marker after the launch.
+/// Returns how long until the next check (0: at the next launch). `wait_limit_ns` bounds a wait.
+///
+/// The pacer's lock is not held while waiting: the lease thread samples the queue meanwhile
+/// (a launching thread that waited under the lock would starve it of samples, and the lease
+/// would be reported idle).
+pub fn check(wait_limit_ns: u64) -> u64 {
+    let Some(query) = query_fn() else {
+        return u64::MAX;
+    };
+    let budget = BUDGET_NS.load(Relaxed);
+    let start = now_ns();
+    let mut first = true;
+    loop {
+        let event = {
+            let mut p = PACER.lock();
+            let pending = p.collect(query);
+            if first {
+                MARK_AFTER.store(true, Relaxed);
+                if pending == 0 {
+                    // Kernels known to be long are checked at every launch: a burst of them
+                    // launched between two time-spaced checks would queue far more than the
+                    // budget.
+                    return if p.per_launch_ns >= CHECK_EVERY_NS {
+                        0
+                    } else {
+                        CHECK_EVERY_NS
+                    };
+                }
+                first = false;
+            }
+            if STALLED.load(Relaxed) || SHARED.load(Relaxed) || p.len < p.allowed(budget) {
+                return 0;
+            }
+            match p.front() {
+                Some(m) => m.event,
+                None => return 0,
+            }
+        };
+        // SAFETY: an event of ours (markers' events are reused, never destroyed, once recorded).
+        let done = wait_until_done(
+            || unsafe { query(event) } != CUDA_NOT_READY,
+            wait_limit_ns.saturating_sub(now_ns() - start),
+        );
+        if !done {
+            // Held up by something else (work waiting on another process): do not wait for this
+            // queue again until some of it completes.
+            STALLED.store(true, Relaxed);
+            return 0;
+        }
+    }
+}
+
+/// After a launch on `stream`: records the marker a check asked for.
+#[inline(always)]
+pub fn after_launch(stream: CUstream) {
+    if MARK_AFTER.load(Relaxed) {
+        mark(stream);
+    }
+}
+
+#[cold]
+fn mark(stream: CUstream) {
+    MARK_AFTER.store(false, Relaxed);
+    record_marker(stream, true);
+}
+
+/// Records a marker on `stream`; `after_launch`: right after one launch of this thread (else by
+/// the lease thread, after whatever was launched since the newest marker).
+fn record_marker(stream: CUstream, after_launch: bool) {
+    type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
+    type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
+    type Destroy = unsafe extern "C" fn(CUevent) -> CUresult;
+    // SAFETY: the driver's signatures of these functions.
+    let (Some(create), Some(record), Some(destroy)) = (unsafe {
+        (
+            helper::<Create>(Helper::cuEventCreate),
+            helper::<Record>(Helper::cuEventRecord),
+            helper::<Destroy>(Helper::cuEventDestroy_v2),
+        )
+    }) else {
+        return;
+    };
+    let mut p = PACER.lock();
+    if p.len >= RING {
+        return;
+    }
+    let (event, fresh) = match p.spare.pop() {
+        Some(e) => (e, false),
+        None => {
+            let mut e: CUevent = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer.
+            if unsafe { create(&mut e, CU_EVENT_DISABLE_TIMING) } != CUDA_SUCCESS {
+                return;
+            }
+            (e, true)
+        }
+    };
+    // SAFETY: our event, the caller's stream.
+    if unsafe { record(event, stream) } != CUDA_SUCCESS {
+        // Another context than the event's. A new event is dropped; a reused one may still be
+        // polled by a waiting check, so it goes back to the spares (last in line).
+        if fresh {
+            // SAFETY: our event, never recorded.
+            unsafe { destroy(event) };
+        } else {
+            p.spare.insert(0, event);
+        }
+        return;
+    }
+    let now = now_ns();
+    let slot = (p.head + p.len) % RING;
+    p.ring[slot] = Some(Marker {
+        event,
+        recorded: now,
+        seen_pending: false,
+        after_launch,
+    });
+    p.len += 1;
+    if after_launch {
+        p.last_mark = now;
+    }
+}
+
+/// How old the newest marker may be before the lease thread records one of its own.
+const RESAMPLE_NS: u64 = 200_000;
+
+/// The lease thread's sample: is this process's newest work still pending on the GPU?
+///
+/// Launches between two checks on the launch path get no marker, and a program that launches a
+/// few long kernels and then waits for them would look idle once the marker after the first one
+/// completed. So when the newest marker is done and older than [`RESAMPLE_NS`], the lease thread
+/// records one of its own on the stream `stream` gives (the stream launched on last, nameable from
+/// this thread and not capturing, in the lease's context), after whatever was launched since;
+/// `stream` is only asked then.
+pub fn sample(stream: impl FnOnce() -> Option<CUstream>) {
+    let Some(query) = query_fn() else {
+        return;
+    };
+    let newest_done = {
+        let mut p = PACER.lock();
+        p.collect(query) == 0
+            && now_ns().saturating_sub(p.newest().map_or(0, |m| m.recorded)) >= RESAMPLE_NS
+    };
+    if newest_done {
+        if let Some(stream) = stream() {
+            record_marker(stream, false);
+        }
+    }
+    let mut p = PACER.lock();
+    // SAFETY: a live event of ours.
+    let busy = p
+        .newest()
+        .is_some_and(|m| unsafe { query(m.event) } == CUDA_NOT_READY);
+    p.samples += 1;
+    p.busy_samples += u32::from(busy);
+    if busy {
+        p.last_pending = now_ns();
+    }
+}
+
+/// The busy part of a lease of `wall_ns` that ends now, from the samples since it started; starts
+/// the count for the next lease. Without samples (a lease shorter than the sampling period), the
+/// work was pending for the whole lease if a marker still is.
+pub fn take_busy(wall_ns: u64) -> u64 {
+    let pending = query_fn().is_some_and(|query| {
+        let p = PACER.lock();
+        // SAFETY: a live event of ours.
+        p.newest()
+            .is_some_and(|m| unsafe { query(m.event) } == CUDA_NOT_READY)
+    });
+    let mut p = PACER.lock();
+    let busy = busy_part(wall_ns, p.samples, p.busy_samples, pending);
+    p.samples = 0;
+    p.busy_samples = 0;
+    busy
+}
+
+/// `wall_ns` times the fraction of busy samples (pure, unit-tested).
+pub fn busy_part(wall_ns: u64, samples: u32, busy: u32, pending_now: bool) -> u64 {
+    if samples == 0 {
+        return if pending_now { wall_ns } else { 0 };
+    }
+    ((wall_ns as u128 * busy.min(samples) as u128) / samples as u128) as u64
+}
+
+/// Starts a new busy count (a lease was granted or extended).
+pub fn restart_count() {
+    let mut p = PACER.lock();
+    p.samples = 0;
+    p.busy_samples = 0;
+}
+
+/// How long this process has left the GPU without work of its own: `None` while work it marked
+/// is pending, else the time since it last launched or last had work pending (as seen by the
+/// checks and samples, every quarter millisecond while a lease runs), whichever is later. A
+/// process blocked in a synchronize on its own queue is not idle until that queue ran out.
+pub fn idle_for() -> Option<u64> {
+    let query = query_fn()?;
+    let mut p = PACER.lock();
+    if p.collect(query) > 0 {
+        return None;
+    }
+    Some(now_ns().saturating_sub(p.last_mark.max(p.last_pending)))
+}
+
+/// Forgets the markers once the lease's work was waited for (all of them are done).
+pub fn drained() {
+    let Some(query) = query_fn() else {
+        return;
+    };
+    PACER.lock().collect(query);
+}
+
+/// Polls `done` (an event query) until it says so or `limit_ns` passed. Bounded, unlike
+/// `cuEventSynchronize`: work that waits on another process (which waits for the token) must
+/// not hold the token forever. Says once per process when it gives up.
+pub fn wait_until_done(done: impl Fn() -> bool, limit_ns: u64) -> bool {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let start = now_ns();
+    let mut polls = 0u32;
+    while !done() {
+        let waited = now_ns().saturating_sub(start);
+        if waited > limit_ns {
+            if !SAID.swap(true, AcqRel) {
+                crate::guard::say(format_args!(
+                    "the work of a lease was still running after {} ms; the token is given back anyway",
+                    (waited + 500_000) / 1_000_000
+                ));
+            }
+            return false;
+        }
+        polls += 1;
+        if polls < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    true
+}
+
+pub fn after_fork_in_child() {
+    MARK_AFTER.store(false, Relaxed);
+    // SAFETY: called from the fork child handler; the parent's events are not the child's.
+    unsafe { PACER.reset(Pacer::new()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_part_scales_the_wall_time_by_the_samples() {
+        assert_eq!(busy_part(20_000_000, 80, 20, false), 5_000_000);
+        assert_eq!(busy_part(20_000_000, 80, 80, false), 20_000_000);
+        assert_eq!(busy_part(20_000_000, 0, 0, true), 20_000_000);
+        assert_eq!(busy_part(20_000_000, 0, 0, false), 0);
+        assert_eq!(busy_part(u64::MAX, 3, 9, false), u64::MAX);
+    }
+
+    #[test]
+    fn the_queue_allowance_follows_the_kernel_time() {
+        let mut p = Pacer::new();
+        assert_eq!(
+            p.allowed(2_000_000),
+            2,
+            "unknown kernel time: two in flight"
+        );
+        p.per_launch_ns = 50_000;
+        assert_eq!(
+            p.allowed(2_000_000),
+            31,
+            "short kernels: bounded by the ring"
+        );
+        p.per_launch_ns = 500_000;
+        assert_eq!(p.allowed(2_000_000), 4);
+        p.per_launch_ns = 1_600_000;
+        assert_eq!(p.allowed(2_000_000), 2);
+        p.per_launch_ns = 20_000_000;
+        assert_eq!(p.allowed(2_000_000), 1, "long kernels: one at a time");
+        assert_eq!(learn(0, 100), 100);
+        assert_eq!(learn(100, 500), 200);
+    }
+}

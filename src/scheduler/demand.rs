@@ -1,0 +1,160 @@
+//! How much of the GPU each process needs (without MPS): its *demand*, the fraction of a lease
+//! its work kept the GPU busy, as a moving estimate per session.
+//!
+//! A process measures its busy time with markers after its launches: how long its newest work
+//! was pending on the GPU. That is its demand only while it runs alone. Beside other processes
+//! the driver time-slices the GPU between them, and a process's work also waits for theirs: on an
+//! H100, light launch-bound jobs four at a time reported 95% busy, and 10-15% alone. So a lease
+//! that ran beside others can only lower the estimate (its sample is an upper bound), and a high
+//! sample there is ambiguous: the process may have grown heavy, or only waited. Then the session
+//! is due a *probe*: its next lease, a short one, runs alone and measures it again, at most once
+//! per [`PROBE_EVERY`].
+
+use std::collections::BTreeMap;
+
+use super::{Nanos, SessionId};
+
+/// Demand assumed for a process before its first lease was measured.
+pub const INITIAL_DEMAND: f64 = 0.5;
+/// Weight of the newest lease in a process's demand estimate.
+const GAIN: f64 = 0.5;
+/// A sample beside others at least this high (and above the estimate) asks for a probe.
+const PROBE_AT: f64 = 0.5;
+/// Least time between two probes of one session, once it was measured alone [`SETTLED`] times.
+pub const PROBE_EVERY: Nanos = 2_000_000_000;
+/// Leases alone after which a session's estimate has settled from [`INITIAL_DEMAND`] (each
+/// halves the distance): until then an ambiguous sample asks for a probe at once.
+const SETTLED: u32 = 3;
+
+#[derive(Debug, Clone, Copy)]
+struct Demand {
+    estimate: f64,
+    probe_due: bool,
+    /// When the last lease alone ended (`None`: never).
+    measured_at: Option<Nanos>,
+    /// Leases alone so far.
+    alone_leases: u32,
+}
+
+#[derive(Debug, Default)]
+pub struct Demands {
+    sessions: BTreeMap<SessionId, Demand>,
+}
+
+impl Demands {
+    /// A session the scheduler sees for the first time starts at [`INITIAL_DEMAND`].
+    pub fn add(&mut self, session: SessionId) {
+        self.sessions.entry(session).or_insert(Demand {
+            estimate: INITIAL_DEMAND,
+            probe_due: false,
+            measured_at: None,
+            alone_leases: 0,
+        });
+    }
+
+    pub fn remove(&mut self, session: SessionId) {
+        self.sessions.remove(&session);
+    }
+
+    /// The estimate, `None` for a session not seen.
+    pub fn get(&self, session: SessionId) -> Option<f64> {
+        self.sessions.get(&session).map(|d| d.estimate)
+    }
+
+    /// Whether the session's next lease must run alone, to measure it.
+    pub fn probe_due(&self, session: SessionId) -> bool {
+        self.sessions.get(&session).is_some_and(|d| d.probe_due)
+    }
+
+    /// A lease of `session` ended at `now` after `wall_ns`, its work pending for `busy_ns` of it
+    /// (at most the wall time); `alone`: no other lease ran during any of it.
+    pub fn learn(
+        &mut self,
+        session: SessionId,
+        busy_ns: Nanos,
+        wall_ns: Nanos,
+        alone: bool,
+        now: Nanos,
+    ) {
+        let Some(d) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if wall_ns == 0 {
+            return;
+        }
+        let sample = busy_ns.min(wall_ns) as f64 / wall_ns as f64;
+        if alone {
+            d.estimate += GAIN * (sample - d.estimate);
+            d.probe_due = false;
+            d.measured_at = Some(now);
+            d.alone_leases = d.alone_leases.saturating_add(1);
+            return;
+        }
+        if sample < d.estimate {
+            d.estimate += GAIN * (sample - d.estimate);
+        } else if sample >= PROBE_AT
+            && (d.alone_leases < SETTLED
+                || d.measured_at
+                    .is_none_or(|t| now.saturating_sub(t) >= PROBE_EVERY))
+        {
+            d.probe_due = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn leases_alone_set_the_estimate() {
+        let mut d = Demands::default();
+        d.add(1);
+        assert_eq!(d.get(1), Some(INITIAL_DEMAND));
+        for i in 1..=10 {
+            d.learn(1, 2 * MS, 20 * MS, true, i * 20 * MS);
+        }
+        assert!((d.get(1).unwrap() - 0.1).abs() < 0.01, "{:?}", d.get(1));
+        assert!(!d.probe_due(1));
+        d.remove(1);
+        assert_eq!(d.get(1), None);
+    }
+
+    #[test]
+    fn leases_beside_others_only_lower_it_and_ask_for_a_probe_when_high() {
+        let mut d = Demands::default();
+        d.add(1);
+        d.learn(1, 2 * MS, 20 * MS, true, 0);
+        let after_alone = d.get(1).unwrap();
+        // waited for the others: reported busy, but the estimate stays
+        d.learn(1, 19 * MS, 20 * MS, false, 20 * MS);
+        assert_eq!(d.get(1).unwrap(), after_alone);
+        assert!(d.probe_due(1), "not settled yet: probed at once");
+        for i in 0..SETTLED {
+            d.learn(1, 2 * MS, 20 * MS, true, (21 + i as u64) * MS);
+        }
+        let after_alone = d.get(1).unwrap();
+        d.learn(1, 19 * MS, 20 * MS, false, 30 * MS);
+        assert_eq!(d.get(1).unwrap(), after_alone);
+        assert!(!d.probe_due(1), "measured alone less than PROBE_EVERY ago");
+        d.learn(1, 19 * MS, 20 * MS, false, PROBE_EVERY + 30 * MS);
+        assert!(d.probe_due(1));
+        d.learn(1, 20 * MS, 20 * MS, true, PROBE_EVERY + 31 * MS);
+        assert!(!d.probe_due(1));
+        assert!(d.get(1).unwrap() > after_alone);
+        // a low sample beside others is evidence enough
+        let high = d.get(1).unwrap();
+        d.learn(1, 0, 20 * MS, false, PROBE_EVERY + 32 * MS);
+        assert!(d.get(1).unwrap() < high);
+    }
+
+    #[test]
+    fn a_session_never_measured_alone_is_probed_at_once() {
+        let mut d = Demands::default();
+        d.add(7);
+        d.learn(7, 20 * MS, 20 * MS, false, MS);
+        assert!(d.probe_due(7));
+    }
+}
