@@ -21,7 +21,7 @@
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -48,8 +48,14 @@ pub const GRANT_SHARED: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// First message. `client` names the client entry to attach as; empty means "the default
-    /// entry for my user".
-    Hello { version: u32, client: String },
+    /// entry for my user". `reserved` is 0 for a process that attaches for the first time; a
+    /// process that re-attaches after the daemon restarted sends the device memory its own
+    /// record holds, which the daemon counts against its client at once, even over the cap.
+    Hello {
+        version: u32,
+        client: String,
+        reserved: u64,
+    },
     /// Ask for the GPU token. Answered by [`Reply::Grant`] when it is this process's turn.
     Acquire,
     /// Give the token back. `busy_ns` is the time the hook saw work of this lease pending on the
@@ -309,9 +315,14 @@ impl Request {
             Request::Watch { .. } => 8,
         });
         match self {
-            Request::Hello { version, client } => {
+            Request::Hello {
+                version,
+                client,
+                reserved,
+            } => {
                 f.u32(*version);
                 f.str(client);
+                f.u64(*reserved);
             }
             Request::Acquire | Request::Extend => {}
             Request::Release { busy_ns } | Request::Renew { busy_ns } => f.u64(*busy_ns),
@@ -336,7 +347,14 @@ impl Request {
                 if client.len() > MAX_NAME {
                     return Err(DecodeError::TooLong);
                 }
-                Request::Hello { version, client }
+                // A client of an older version sends no `reserved`: decode it anyway, so that
+                // it hears that its version does not match.
+                let reserved = if r.rest.is_empty() { 0 } else { r.u64()? };
+                Request::Hello {
+                    version,
+                    client,
+                    reserved,
+                }
             }
             2 => Request::Acquire,
             3 => Request::Release { busy_ns: r.u64()? },
@@ -469,10 +487,12 @@ mod tests {
             Request::Hello {
                 version: PROTOCOL_VERSION,
                 client: "train".into(),
+                reserved: 0,
             },
             Request::Hello {
                 version: 7,
                 client: String::new(),
+                reserved: 0,
             },
             Request::Acquire,
             Request::Release {
@@ -544,6 +564,7 @@ mod tests {
         let f = Request::Hello {
             version: 1,
             client: long,
+            reserved: 0,
         }
         .to_frame()
         .unwrap();
@@ -552,6 +573,28 @@ mod tests {
         assert_eq!(
             frame_len(((MAX_FRAME + 1) as u32).to_le_bytes()),
             Err(DecodeError::TooLong)
+        );
+    }
+
+    #[test]
+    fn a_hello_carries_the_memory_of_a_re_attaching_process() {
+        let r = Request::Hello {
+            version: PROTOCOL_VERSION,
+            client: "train".into(),
+            reserved: 3 << 30,
+        };
+        let f = r.to_frame().unwrap();
+        assert_eq!(Request::decode(payload(&f)).unwrap(), r);
+        // An older client's Hello ends after the name: it decodes, so that the daemon can tell
+        // it that its version does not match.
+        let old = &payload(&f)[..payload(&f).len() - 8];
+        assert_eq!(
+            Request::decode(old).unwrap(),
+            Request::Hello {
+                version: PROTOCOL_VERSION,
+                client: "train".into(),
+                reserved: 0,
+            }
         );
     }
 

@@ -155,6 +155,7 @@ fn attach(socket: &Path, client: &str) -> (UnixStream, Reply) {
     let hello = Request::Hello {
         version: gpushare::protocol::PROTOCOL_VERSION,
         client: client.into(),
+        reserved: 0,
     };
     s.write_all(&hello.to_frame().unwrap()).unwrap();
     let mut header = [0u8; 4];

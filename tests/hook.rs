@@ -219,9 +219,33 @@ memory = "unlimited"
             socket,
             _dir: dir,
         };
+        d.wait_listening();
+        d
+    }
+}
+
+impl Daemon {
+    /// Starts the daemon again (after its process ended) with the same config and socket.
+    fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = self._dir.path();
+        self.child = Command::new(GPUSHARED)
+            .arg("--config")
+            .arg(dir.join("gpushare.toml"))
+            .arg("--socket-dir")
+            .arg(dir.join("run"))
+            .args(["--bus", "none", "--log", "warn"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start gpushared");
+        self.wait_listening();
+    }
+
+    fn wait_listening(&mut self) {
         let start = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
-            if let Ok(Some(status)) = d.child.try_wait() {
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("gpushared exited: {status}");
             }
             assert!(
@@ -230,7 +254,6 @@ memory = "unlimited"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        d
     }
 }
 
@@ -1247,58 +1270,171 @@ fn the_end_of_a_lease_waits_a_bounded_time() {
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
 }
 
-/// When the daemon goes away, processes carry on unmanaged and say so once.
+/// When the daemon goes away, processes carry on and say so once: their launches pass ungated,
+/// and while they wait to re-attach their own record keeps them under the cap they had; with
+/// re-attaching off (`GPUSHARE_REATTACH=0`) they run unmanaged, the cap no longer applied.
 #[test]
-fn a_lost_daemon_leaves_processes_running_unmanaged() {
+fn a_lost_daemon_leaves_processes_running() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let mut d = Daemon::start("[clients.capped]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    for reattach in ["600", "0"] {
+        let mut d = Daemon::start("[clients.capped]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kernels.log");
+        let child = Run::new(Via::ProcAddress)
+            .daemon(&d)
+            .client("capped")
+            .log(&log)
+            .env("GPUSHARE_REATTACH", reattach)
+            .command(&[
+                "launch:30:1000000",
+                "alloc:1048576",
+                "sleep:700",
+                "launch:30:1000000",
+                "alloc:1048576",
+                "info",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = d.child.kill();
+        let _ = d.child.wait();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let l: Vec<&str> = stdout.lines().collect();
+        let after = if reattach == "0" {
+            // Unmanaged now: the cap no longer applies.
+            [
+                "alloc 1048576 -> 0".to_string(),
+                format!("info free={} total={} -> 0", 16 * GIB - 2 * MIB, 16 * GIB),
+            ]
+        } else {
+            // Away: the 1 MiB it holds fills its 1 MiB cap.
+            [
+                "alloc 1048576 -> 2".to_string(),
+                format!("info free=0 total={MIB} -> 0"),
+            ]
+        };
+        assert_eq!(
+            l,
+            [
+                "init 0",
+                "launch 30 -> 0",
+                "alloc 1048576 -> 0",
+                "launch 30 -> 0",
+                &after[0],
+                &after[1],
+            ],
+            "GPUSHARE_REATTACH={reattach}: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches("gpushare: lost the daemon").count(),
+            1,
+            "{stderr}"
+        );
+        assert_eq!(kernels(&log).len(), 60);
+    }
+}
+
+/// A restarted daemon gets its running processes back: they re-attach on their own, the new
+/// daemon counts the memory they hold (also what they allocated while it was away) against
+/// their client's cap, and their launches wait for its tokens again.
+#[test]
+fn processes_re_attach_to_a_restarted_daemon_with_their_memory() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let mut d = Daemon::start(
+        "[clients.a]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n[clients.b]\nusers = [\"{uid}\"]\n",
+    );
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
-    let child = Run::new(Via::ProcAddress)
+    let quarter = (256 * MIB).to_string();
+    let alloc = format!("alloc:{quarter}");
+    let mut p = Run::new(Via::Dlsym)
         .daemon(&d)
-        .client("capped")
+        .client("a")
         .log(&log)
-        .command(&[
-            "launch:30:1000000",
-            "alloc:1048576",
-            "sleep:700",
-            "launch:30:1000000",
-            "alloc:1048576",
-            "info",
-        ])
+        .command(&[&alloc, "sleep:1500", &alloc, "sleep:4000", "launch:20:1000000", "info"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The first allocation is counted by the first daemon.
+    let mut out = std::io::BufReader::new(p.stdout.take().unwrap());
+    let mut lines = vec![];
+    for _ in 0..2 {
+        let mut l = String::new();
+        std::io::BufRead::read_line(&mut out, &mut l).unwrap();
+        lines.push(l.trim().to_string());
+    }
+    assert_eq!(lines, ["init 0", format!("alloc {quarter} -> 0").as_str()]);
+    // The daemon goes away; the second allocation falls in the gap; then a new daemon starts.
     let _ = d.child.kill();
     let _ = d.child.wait();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}{stderr}");
-    let l: Vec<&str> = stdout.lines().collect();
+    std::thread::sleep(Duration::from_millis(2000));
+    d.restart();
+    // Another process of the same client sees the first one's 512 MiB counted once it is back.
+    let probe = Run::new(Via::Dlsym).daemon(&d).client("a");
+    let big = format!("alloc:{}", 600 * MIB);
+    let start = Instant::now();
+    loop {
+        let got = probe.ok(&[&big]);
+        if got.contains(&format!("alloc {} -> 2", 600 * MIB)) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the running process did not re-attach with its memory: {got}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let small = format!("alloc:{}", 400 * MIB);
+    assert!(
+        probe.ok(&[&small]).contains(&format!("alloc {} -> 0", 400 * MIB)),
+        "512 MiB of 1 GiB are counted, 400 MiB more fit"
+    );
+    // A neighbour launches while the re-attached process does: they take turns by token.
+    let neighbour = Run::new(Via::Dlsym)
+        .daemon(&d)
+        .client("b")
+        .log(&log)
+        .command(&["launch:4000:1000000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = p.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(p.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{rest}{stderr}");
     assert_eq!(
-        l,
+        rest.lines().collect::<Vec<_>>(),
         [
-            "init 0".to_string(),
-            "launch 30 -> 0".into(),
-            "alloc 1048576 -> 0".into(),
-            "launch 30 -> 0".into(),
-            // Unmanaged now: the cap no longer applies.
-            "alloc 1048576 -> 0".into(),
-            format!("info free={} total={} -> 0", 16 * GIB - 2 * MIB, 16 * GIB),
+            format!("alloc {quarter} -> 0"),
+            "launch 20 -> 0".into(),
+            // The daemon's count of the client: its 512 MiB of the 1 GiB cap.
+            format!("info free={} total={GIB} -> 0", 512 * MIB),
         ],
         "{stderr}"
     );
-    assert_eq!(
-        stderr.matches("gpushare: lost the daemon").count(),
-        1,
-        "{stderr}"
-    );
-    assert_eq!(kernels(&log).len(), 60);
+    assert_eq!(stderr.matches("gpushare: lost the daemon").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("gpushare: re-attached").count(), 1, "{stderr}");
+    let n = neighbour.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&n.stdout).contains("launch 4000 -> 0"));
+    // Its launches waited for the new daemon's token: they never ran beside the neighbour's
+    // (one lease at a time).
+    let k = kernels(&log);
+    assert_eq!(k.len(), 4020);
+    assert_eq!(overlaps(&k), 0, "the re-attached process ran ungated");
+    // Its exit gives the memory back.
+    assert!(probe.ok(&[&big]).contains(&format!("alloc {} -> 0", 600 * MIB)));
 }
 
 /// Two saturating processes attached as clients with requests 0.8 and 0.2 get GPU time in that

@@ -13,8 +13,12 @@ use std::time::Duration;
 
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (any::<u32>(), "[a-z0-9._-]{0,40}")
-            .prop_map(|(version, client)| Request::Hello { version, client }),
+        (any::<u32>(), "[a-z0-9._-]{0,40}", any::<u64>())
+            .prop_map(|(version, client, reserved)| Request::Hello {
+                version,
+                client,
+                reserved,
+            }),
         Just(Request::Acquire),
         any::<u64>().prop_map(|busy_ns| Request::Release { busy_ns }),
         any::<u64>().prop_map(|bytes| Request::Reserve { bytes }),
@@ -67,6 +71,7 @@ fn long_client_names_are_refused() {
     let r = Request::Hello {
         version: 1,
         client: "x".repeat(MAX_NAME + 1),
+        reserved: 0,
     };
     if let Ok(frame) = r.to_frame() {
         assert!(Request::decode(&frame[4..]).is_err());

@@ -60,6 +60,7 @@ fn garbage_closes_only_that_connection() {
     let hello = Request::Hello {
         version: 1,
         client: "a".into(),
+        reserved: 0,
     }
     .to_frame()
     .unwrap();
@@ -69,6 +70,7 @@ fn garbage_closes_only_that_connection() {
     let wrong_version = Request::Hello {
         version: 999,
         client: "a".into(),
+        reserved: 0,
     }
     .to_frame()
     .unwrap();
@@ -119,6 +121,7 @@ impl HelloVersion for Conn {
         self.send(&Request::Hello {
             version,
             client: String::new(),
+            reserved: 0,
         });
         self.recv().expect("a reply")
     }
@@ -328,6 +331,7 @@ fn requests_sent_together_with_the_hello_are_served() {
     let mut bytes = Request::Hello {
         version: gpushare::protocol::PROTOCOL_VERSION,
         client: "a".into(),
+        reserved: 0,
     }
     .to_frame()
     .unwrap();

@@ -48,7 +48,7 @@ impl Ledger {
         self.sizes.remove(&(kind, key)).unwrap_or(0)
     }
 
-    #[cfg(test)]
+    /// Bytes of everything recorded.
     pub fn total(&self) -> u64 {
         self.sizes.values().sum()
     }

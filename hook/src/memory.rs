@@ -28,6 +28,7 @@ fn counted(
     match reservation {
         Reservation::OverCap => CUDA_ERROR_OUT_OF_MEMORY,
         Reservation::Unmanaged => f().0,
+        Reservation::Away => counted_while_away(kind, bytes, retry, f),
         Reservation::Counted => {
             let (mut r, mut key) = f();
             if let (CUDA_ERROR_OUT_OF_MEMORY, Some(retry)) = (r, retry) {
@@ -45,10 +46,35 @@ fn counted(
     }
 }
 
+/// While the daemon is away: the allocation is checked against the cap by this process's own
+/// record and recorded, so that the new daemon counts it when the process re-attaches.
+fn counted_while_away(
+    kind: Kind,
+    bytes: u64,
+    retry: Option<&dyn Fn()>,
+    f: &mut dyn FnMut() -> (CUresult, u64),
+) -> CUresult {
+    let Some(_books) = session::away_books() else {
+        // Re-attached meanwhile: count it with the daemon.
+        return counted(kind, bytes, retry, f);
+    };
+    let held = LEDGER.lock().total();
+    if held.saturating_add(bytes) > session::cap() {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let (r, key) = f();
+    if r == CUDA_SUCCESS {
+        LEDGER.lock().record(kind, key, bytes);
+    }
+    r
+}
+
 /// Runs the free `f` of `key` and gives back what its allocation counted. The entry leaves the
 /// books before the real free: once the driver has freed the address, another thread's
 /// allocation may get it (and its own entry) at once.
 fn uncounted(kind: Kind, key: u64, f: impl FnOnce() -> CUresult) -> CUresult {
+    // While the daemon is away, a re-attach waits until the record is up to date.
+    let _books = session::away_books();
     let bytes = LEDGER.lock().forget(kind, key);
     let r = f();
     if r == CUDA_SUCCESS {
@@ -116,7 +142,7 @@ pub unsafe fn alloc_pitch(
         return r;
     }
     match session::reserve(padding) {
-        Reservation::Counted => {
+        Reservation::Counted | Reservation::Away => {
             LEDGER.lock().record(Kind::Pointer, read(dptr), got);
             r
         }

@@ -102,7 +102,10 @@ pub unsafe fn device_total(
 /// NVML reports the cap only for processes already attached through CUDA: tools that use NVML
 /// alone (nvidia-smi) are not clients.
 fn nvml_capped(free: u64, total: u64) -> Option<(u64, u64)> {
-    if session::state_if_tried() != Some(session::Attach::Managed) {
+    if !matches!(
+        session::state_if_tried(),
+        Some(session::Attach::Managed | session::Attach::Away)
+    ) {
         return None;
     }
     capped(free, total)

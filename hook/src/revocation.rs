@@ -1,38 +1,45 @@
 //! The watch connection: a second connection to the daemon, read by a thread of its own, on
 //! which the daemon revokes this process's lease when an interactive client wants the GPU.
 //!
-//! The thread blocks in a read and does nothing else; when the daemon goes away the read ends
-//! and so does the thread.
+//! The thread blocks in a read and does nothing else; when the daemon goes away the read ends,
+//! the thread tells the session (which re-attaches) and ends.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::*};
 
 use proto::protocol::{Reply, Request};
 
 use crate::daemon_link::Link;
 
-static STARTED: AtomicBool = AtomicBool::new(false);
+/// The session whose watch connection is open (0: none).
+static WATCHING: AtomicU64 = AtomicU64::new(0);
 
-/// Opens the watch connection of `session` at `socket` and starts its reader (once per process).
-pub fn watch(socket: &Path, session: u64) {
-    if STARTED.swap(true, AcqRel) {
+/// Opens the watch connection of `session` at `socket` and starts its reader (once per
+/// session); `closed` runs in the reader when the daemon closes the connection.
+pub fn watch(socket: &Path, session: u64, closed: fn()) {
+    let before = WATCHING.swap(session, AcqRel);
+    if before == session {
         return;
     }
     let Ok(mut link) = Link::connect(socket) else {
-        STARTED.store(false, Release);
+        let _ = WATCHING.compare_exchange(session, 0, AcqRel, Acquire);
         return;
     };
     if link.send(&Request::Watch { session }).is_err() || link.wait_forever().is_err() {
-        STARTED.store(false, Release);
+        let _ = WATCHING.compare_exchange(session, 0, AcqRel, Acquire);
         return;
     }
     let spawned = std::thread::Builder::new()
         .name("gpushare-watch".into())
         .spawn(move || {
             let _ = std::panic::catch_unwind(move || read(link));
+            // A reader of an older session (before a re-attach) ends quietly.
+            if WATCHING.compare_exchange(session, 0, AcqRel, Acquire).is_ok() {
+                closed();
+            }
         });
     if spawned.is_err() {
-        STARTED.store(false, Release);
+        let _ = WATCHING.compare_exchange(session, 0, AcqRel, Acquire);
     }
 }
 
@@ -46,5 +53,5 @@ fn read(mut link: Link) {
 
 /// A fork child has no reader thread; it opens its own connection when it attaches.
 pub fn after_fork_in_child() {
-    STARTED.store(false, Release);
+    WATCHING.store(0, Release);
 }

@@ -1,11 +1,19 @@
 //! Attachment to the daemon: one connection per process, opened on first CUDA use.
 //!
 //! The environment is read once here (`GPUSHARE_SOCKET`, `GPUSHARE_CLIENT`,
-//! `GPUSHARE_NO_DAEMON`), never on the hot path. Only one thread talks to the daemon at a time
-//! (the session lock); replies come in request order.
+//! `GPUSHARE_NO_DAEMON`, `GPUSHARE_REATTACH`), never on the hot path. Only one thread talks to
+//! the daemon at a time (the session lock); replies come in request order.
+//!
+//! When the daemon goes away (a restart, an upgrade), the process is *away*: its launches pass
+//! ungated and its allocations are checked against the cap by its own record alone, while a
+//! thread of its own re-attaches to the new daemon in the background (every 250 ms at most,
+//! for `GPUSHARE_REATTACH` seconds, 600 by default), sending the memory its record holds, which
+//! the new daemon counts again. No launch or allocation ever waits for that.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering::*};
+use std::sync::{MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use proto::protocol::{
     Reply, Request, DEFAULT_SOCKET_DIR, NO_CAP, PROTOCOL_VERSION, SCHED_INTERACTIVE, SOCKET_NAME,
@@ -15,14 +23,18 @@ use crate::cuda::{CUresult, CUDA_ERROR_NOT_PERMITTED};
 use crate::daemon_link::Link;
 use crate::fork_safe::ForkSafe;
 use crate::guard::say;
+use crate::lease::{self, Lease, GATE};
+use crate::ledger::LEDGER;
 
 /// Where this process stands with the daemon.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Attach {
     /// Attached: launches are gated and memory is counted.
     Managed,
-    /// No daemon (or it went away): everything passes through.
+    /// No daemon (or it went away for good): everything passes through.
     Unmanaged,
+    /// The daemon went away; launches pass through while the process re-attaches.
+    Away,
     /// The daemon refused this process, or policy says not to run without one.
     Refused,
 }
@@ -31,12 +43,24 @@ const NOT_TRIED: u8 = 0;
 const MANAGED: u8 = 1;
 const UNMANAGED: u8 = 2;
 const REFUSED: u8 = 3;
+const AWAY: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_TRIED);
 static CAP: AtomicU64 = AtomicU64::new(NO_CAP);
 static LINK_FD: AtomicI32 = AtomicI32::new(-1);
 static SESSION: ForkSafe<Option<Link>> = ForkSafe::new(None);
 static ATFORK: AtomicBool = AtomicBool::new(false);
+/// Where the daemon is and which client this process attached as (from the first attach).
+static TARGET: OnceLock<(PathBuf, String)> = OnceLock::new();
+/// How long to keep trying to re-attach after the daemon went away (0: never).
+static REATTACH_FOR_S: AtomicU64 = AtomicU64::new(600);
+/// The re-attaching thread runs.
+static REATTACHING: AtomicBool = AtomicBool::new(false);
+/// Held by allocations and frees made while away, and by the re-attach while it hands the
+/// record over, so that no allocation falls between the record sent and the state changed.
+static AWAY_BOOKS: ForkSafe<()> = ForkSafe::new(());
+/// The longest pause between two tries to re-attach.
+const REATTACH_PAUSE: Duration = Duration::from_millis(250);
 
 /// Where this process stands, without attaching; `None` before the first CUDA call.
 pub fn state_if_tried() -> Option<Attach> {
@@ -52,6 +76,7 @@ pub fn attach() -> Attach {
         MANAGED => Attach::Managed,
         UNMANAGED => Attach::Unmanaged,
         REFUSED => Attach::Refused,
+        AWAY => Attach::Away,
         _ => attach_slow(),
     }
 }
@@ -60,6 +85,7 @@ fn state_of(s: u8) -> Attach {
     match s {
         MANAGED => Attach::Managed,
         REFUSED => Attach::Refused,
+        AWAY => Attach::Away,
         _ => Attach::Unmanaged,
     }
 }
@@ -79,6 +105,15 @@ fn attach_slow() -> Attach {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET_DIR).join(SOCKET_NAME));
     let client = std::env::var("GPUSHARE_CLIENT").unwrap_or_default();
     let policy = std::env::var("GPUSHARE_NO_DAEMON").unwrap_or_default();
+    if let Ok(v) = std::env::var("GPUSHARE_REATTACH") {
+        match v.trim().parse::<u64>() {
+            Ok(s) => REATTACH_FOR_S.store(s, Relaxed),
+            Err(_) => say(format_args!(
+                "GPUSHARE_REATTACH={v:?} is not a number of seconds; using {}",
+                REATTACH_FOR_S.load(Relaxed)
+            )),
+        }
+    }
     let refuse = policy == "refuse";
     if !matches!(policy.as_str(), "" | "passthrough" | "refuse") {
         say(format_args!(
@@ -107,6 +142,7 @@ fn attach_slow() -> Attach {
     match link.call(&Request::Hello {
         version: PROTOCOL_VERSION,
         client: client.clone(),
+        reserved: 0,
     }) {
         Ok(Reply::Welcome {
             memory_cap,
@@ -139,12 +175,13 @@ fn attach_slow() -> Attach {
                 set_env_default("CUDA_MPS_CLIENT_PRIORITY", &mps_client_priority.to_string());
             }
             crate::residency::configure(memory_flags, resident);
-            crate::lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
-            crate::revocation::watch(&socket, session_id);
+            lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
+            crate::revocation::watch(&socket, session_id, watch_closed);
             crate::clock::choose(&std::env::var("GPUSHARE_CLOCK").unwrap_or_default());
             CAP.store(memory_cap, Release);
             LINK_FD.store(link.fd(), Release);
             *session = Some(link);
+            let _ = TARGET.set((socket, client));
             settle(MANAGED)
         }
         Ok(Reply::Error { code, message }) => {
@@ -188,16 +225,193 @@ fn set_env_default(key: &str, value: &str) {
     }
 }
 
-/// After a lost connection: forget it and run unmanaged from now on.
-fn lose(session: &mut Option<Link>, e: std::io::Error) {
+/// After a lost connection: forget it; launches pass through while a thread re-attaches
+/// (or, with re-attaching off or at exit, from now on).
+fn lose(session: &mut Option<Link>, e: &dyn std::fmt::Display) {
+    let reattach = REATTACH_FOR_S.load(Relaxed) > 0 && !lease::exiting() && TARGET.get().is_some();
     if session.take().is_some() {
         LINK_FD.store(-1, Release);
-        say(format_args!(
-            "lost the daemon ({e}); running unmanaged from now on"
-        ));
+        if reattach {
+            say(format_args!(
+                "lost the daemon ({e}); launches run ungated until this process has re-attached"
+            ));
+        } else {
+            say(format_args!(
+                "lost the daemon ({e}); running unmanaged from now on"
+            ));
+        }
     }
-    CAP.store(NO_CAP, Release);
-    settle(UNMANAGED);
+    if reattach {
+        settle(AWAY);
+        start_reattaching();
+    } else {
+        CAP.store(NO_CAP, Release);
+        settle(UNMANAGED);
+    }
+}
+
+/// The watch connection closed: the daemon may be gone. The re-attaching thread finds out.
+fn watch_closed() {
+    if STATE.load(Acquire) == MANAGED && !lease::exiting() {
+        start_reattaching();
+    }
+}
+
+fn start_reattaching() {
+    if REATTACHING.swap(true, AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("gpushare-reattach".into())
+        .spawn(|| {
+            let _ = std::panic::catch_unwind(reattach);
+            REATTACHING.store(false, Release);
+            // Lost again between the end of the loop and the flag: go on.
+            if STATE.load(Acquire) == AWAY && !lease::exiting() {
+                start_reattaching();
+            }
+        });
+    if spawned.is_err() {
+        REATTACHING.store(false, Release);
+        give_up(&"no thread to re-attach with");
+    }
+}
+
+/// Why a try to re-attach did not succeed.
+enum Retry {
+    /// Try again later (no daemon yet).
+    Later(std::io::Error),
+    /// The daemon refused this process: stop trying.
+    Refused(String),
+}
+
+/// The re-attaching thread: confirms that the connection is gone, then tries to attach to the
+/// daemon again until it succeeds, is refused, or gives up.
+fn reattach() {
+    {
+        let mut session = SESSION.lock();
+        if STATE.load(Acquire) == MANAGED {
+            match session.as_ref() {
+                Some(link) if !link.is_closed() => return, // only the watch connection closed
+                _ => lose(&mut session, &"the connection closed"),
+            }
+        }
+    }
+    let Some((socket, client)) = TARGET.get() else {
+        return;
+    };
+    let since = Instant::now();
+    let give_up_after = Duration::from_secs(REATTACH_FOR_S.load(Relaxed));
+    let mut pause = Duration::from_millis(10);
+    while STATE.load(Acquire) == AWAY && !lease::exiting() {
+        match try_reattach(socket, client) {
+            Ok(()) => {
+                say(format_args!(
+                    "re-attached to the daemon after {:.1} s",
+                    since.elapsed().as_secs_f64()
+                ));
+                return;
+            }
+            Err(Retry::Refused(message)) => {
+                give_up(&format_args!("the daemon refused to re-attach it: {message}"));
+                return;
+            }
+            Err(Retry::Later(e)) if since.elapsed() >= give_up_after => {
+                give_up(&format_args!(
+                    "no daemon to re-attach to after {} s ({e})",
+                    give_up_after.as_secs()
+                ));
+                return;
+            }
+            Err(Retry::Later(_)) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(REATTACH_PAUSE);
+            }
+        }
+    }
+}
+
+/// Stops re-attaching: the process runs unmanaged from now on.
+fn give_up(why: &dyn std::fmt::Display) {
+    let _session = SESSION.lock();
+    if STATE.load(Acquire) == AWAY {
+        say(format_args!("{why}; running unmanaged from now on"));
+        CAP.store(NO_CAP, Release);
+        settle(UNMANAGED);
+    }
+}
+
+/// One try: a new connection and a Hello with the memory this process holds; on a Welcome the
+/// connection becomes the session and the gate closes, so that the next launch asks the new
+/// daemon for a lease.
+fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
+    let mut link = Link::connect(socket).map_err(Retry::Later)?;
+    let sent = LEDGER.lock().total();
+    let reply = link
+        .call(&Request::Hello {
+            version: PROTOCOL_VERSION,
+            client: client.to_string(),
+            reserved: sent,
+        })
+        .map_err(Retry::Later)?;
+    let (queue_ahead_ns, sched_flags, memory_cap, session_id) = match reply {
+        Reply::Welcome {
+            queue_ahead_ns,
+            sched_flags,
+            memory_cap,
+            session,
+            ..
+        } => (queue_ahead_ns, sched_flags, memory_cap, session),
+        Reply::Error { code, message } => return Err(Retry::Refused(format!("{message} ({code:?})"))),
+        other => return Err(Retry::Refused(format!("unexpected answer {other:?}"))),
+    };
+    // Lock order: the gate, the session, the books of the away time, the record.
+    let mut gate = GATE.lock();
+    let mut session = SESSION.lock();
+    if STATE.load(Acquire) != AWAY {
+        return Ok(()); // gave up meanwhile, or the process exits: the connection just closes
+    }
+    let books = AWAY_BOOKS.lock();
+    let now_held = LEDGER.lock().total();
+    lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
+    CAP.store(memory_cap, Release);
+    LINK_FD.store(link.fd(), Release);
+    *gate = Lease::NONE;
+    lease::withdraw();
+    STATE.store(MANAGED, Release);
+    drop(books);
+    // What was allocated or freed while the Hello was on its way.
+    let settled = if now_held > sent {
+        link.call(&Request::Reserve {
+            bytes: now_held - sent,
+        })
+        .map(drop)
+    } else if sent > now_held {
+        link.send(&Request::Unreserve {
+            bytes: sent - now_held,
+        })
+    } else {
+        Ok(())
+    };
+    *session = Some(link);
+    if let Err(e) = settled {
+        lose(&mut session, &e);
+        return Err(Retry::Later(e));
+    }
+    drop(session);
+    drop(gate);
+    crate::revocation::watch(socket, session_id, watch_closed);
+    Ok(())
+}
+
+/// For allocations and frees while the daemon is away: holds off a re-attach until the record
+/// is up to date. `None` when the process is not away (any more).
+pub fn away_books() -> Option<MutexGuard<'static, ()>> {
+    if STATE.load(Acquire) != AWAY {
+        return None;
+    }
+    let books = AWAY_BOOKS.lock();
+    (STATE.load(Acquire) == AWAY).then_some(books)
 }
 
 /// Runs one exchange with the daemon, or returns `None` when unmanaged.
@@ -210,7 +424,7 @@ fn with_link<T>(f: impl FnOnce(&mut Link) -> std::io::Result<T>) -> Option<T> {
     match f(link) {
         Ok(v) => Some(v),
         Err(e) => {
-            lose(&mut session, e);
+            lose(&mut session, &e);
             None
         }
     }
@@ -269,11 +483,17 @@ pub enum Reservation {
     Counted,
     OverCap,
     Unmanaged,
+    /// The daemon is away: the allocation is checked against the cap by this process's record
+    /// and recorded, under [`away_books`].
+    Away,
 }
 
 /// Counts `bytes` (> 0) against the cap before allocating them.
 pub fn reserve(bytes: u64) -> Reservation {
     debug_assert!(bytes > 0, "Reserve{{0}} is a query");
+    if STATE.load(Acquire) == AWAY {
+        return Reservation::Away;
+    }
     with_link(|l| match l.call(&Request::Reserve { bytes })? {
         Reply::Reserved { .. } => Ok(Reservation::Counted),
         Reply::OverCap { cap, .. } => {
@@ -294,15 +514,19 @@ pub fn unreserve(bytes: u64) {
 
 /// The client's memory cap, [`NO_CAP`] when unmanaged or uncapped.
 pub fn cap() -> u64 {
-    if attach() == Attach::Managed {
+    if matches!(attach(), Attach::Managed | Attach::Away) {
         CAP.load(Acquire)
     } else {
         NO_CAP
     }
 }
 
-/// The client's memory in use (all its processes), as the daemon counts it.
+/// The client's memory in use (all its processes), as the daemon counts it; while the daemon
+/// is away, this process's own.
 pub fn used() -> Option<u64> {
+    if STATE.load(Acquire) == AWAY {
+        return Some(LEDGER.lock().total());
+    }
     with_link(|l| match l.call(&Request::Reserve { bytes: 0 })? {
         Reply::Reserved { used } => Ok(used),
         Reply::OverCap { used, cap } => {
@@ -337,6 +561,8 @@ unsafe extern "C" fn after_fork_in_child() {
     }
     // The old link (holding the closed fd) is leaked, never dropped.
     SESSION.reset(None);
+    AWAY_BOOKS.reset(());
+    REATTACHING.store(false, Release);
     CAP.store(NO_CAP, Release);
     STATE.store(NOT_TRIED, Release);
     crate::lease::after_fork_in_child();

@@ -107,7 +107,7 @@ async fn handle(
             Err(_) => return Err(format!("pid {pid} sent no hello in time")),
             Ok(r) => r?,
         };
-    let client = match hello {
+    let (client, reserved) = match hello {
         None => return Ok(()),
         Some(Request::Watch { session }) => {
             return watch_loop(&mut stream, &state, session, pid, &mut pending).await;
@@ -116,7 +116,9 @@ async fn handle(
             let msg = format!("protocol version {version} is not {PROTOCOL_VERSION}; update libgpushare or gpushared");
             return refuse(&mut stream, ErrorCode::VersionMismatch, msg).await;
         }
-        Some(Request::Hello { client, .. }) => client,
+        Some(Request::Hello {
+            client, reserved, ..
+        }) => (client, reserved),
         Some(other) => {
             return refuse(
                 &mut stream,
@@ -141,7 +143,7 @@ async fn handle(
                 ),
             ))
         } else {
-            st.attach(&who, pid, &client, tx)
+            st.attach(&who, pid, &client, reserved, tx)
         }
     };
     let (session, welcome) = match attached {
@@ -151,7 +153,11 @@ async fn handle(
             return refuse(&mut stream, code, message).await;
         }
     };
-    tracing::info!(pid, uid, user = %who.user, client = %client, session, "process attached");
+    if reserved > 0 {
+        tracing::info!(pid, uid, user = %who.user, client = %client, session, reserved, "process re-attached");
+    } else {
+        tracing::info!(pid, uid, user = %who.user, client = %client, session, "process attached");
+    }
     let result = session_loop(
         &mut stream,
         &state,

@@ -209,13 +209,16 @@ impl State {
 
     // ---- sessions (the socket side) ----
 
-    /// Attaches a process. `requested` is the client name it asked for ("" = its user's default).
+    /// Attaches a process. `requested` is the client name it asked for ("" = its user's default);
+    /// `reserved`, the device memory a process re-attaching after a restart already holds, is
+    /// counted at once, even past the client's cap (its next allocations then fail).
     /// Returns the session id and the Welcome to send.
     pub fn attach(
         &mut self,
         who: &Identity,
         pid: u32,
         requested: &str,
+        reserved: u64,
         tx: mpsc::UnboundedSender<Reply>,
     ) -> Result<(SessionId, Reply), (ErrorCode, String)> {
         let name = if requested.is_empty() {
@@ -271,6 +274,9 @@ impl State {
                 watch: None,
             },
         );
+        if reserved > 0 {
+            self.adopt(session, reserved);
+        }
         self.emit(Event::Attached {
             client: name,
             pid,
@@ -413,6 +419,35 @@ impl State {
                 used: c.memory_used,
                 cap,
             },
+        }
+    }
+
+    /// Counts `bytes` the process of `session` already holds (it re-attached after a restart),
+    /// whatever the cap: the memory is allocated, and refusing it would only hide it.
+    fn adopt(&mut self, session: SessionId, bytes: u64) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        s.reserved = s.reserved.saturating_add(bytes);
+        if s.managed {
+            self.managed_used = self.managed_used.saturating_add(bytes);
+        }
+        let Some(c) = self.clients.get_mut(&s.client) else {
+            return;
+        };
+        c.memory_used = c.memory_used.saturating_add(bytes);
+        let cap = c.spec.share.memory.unwrap_or(NO_CAP);
+        if c.memory_used > cap {
+            tracing::warn!(
+                pid = s.pid,
+                client = %s.client,
+                used = c.memory_used,
+                cap,
+                "client {} is over its memory cap after process {} re-attached with {bytes} bytes: \
+                 its allocations fail until it is back under the cap",
+                s.client,
+                s.pid
+            );
         }
     }
 
@@ -836,10 +871,10 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let alice = user(1000, "alice");
         let bob = user(1001, "bob");
-        let err = s.attach(&bob, 7, "train", tx.clone()).unwrap_err();
+        let err = s.attach(&bob, 7, "train", 0, tx.clone()).unwrap_err();
         assert_eq!(err.0, ErrorCode::NotAllowed);
         assert!(err.1.contains("bob"), "{}", err.1);
-        let (sid, welcome) = s.attach(&alice, 8, "train", tx.clone()).unwrap();
+        let (sid, welcome) = s.attach(&alice, 8, "train", 0, tx.clone()).unwrap();
         assert!(matches!(
             welcome,
             Reply::Welcome {
@@ -877,13 +912,13 @@ mod tests {
     fn unnamed_processes_get_their_users_default_client() {
         let (mut s, _rx) = state(CFG);
         let (tx, _r) = mpsc::unbounded_channel();
-        let (a, w) = s.attach(&user(1001, "bob"), 9, "", tx.clone()).unwrap();
+        let (a, w) = s.attach(&user(1001, "bob"), 9, "", 0, tx.clone()).unwrap();
         assert!(
             matches!(&w, Reply::Welcome { client, memory_cap, .. } if client == "user.bob" && *memory_cap == 1 << 30)
         );
         // another user cannot attach as bob's default client
         assert!(s
-            .attach(&user(1002, "carol"), 10, "user.bob", tx.clone())
+            .attach(&user(1002, "carol"), 10, "user.bob", 0, tx.clone())
             .is_err());
         s.detach(a);
         assert!(
@@ -893,12 +928,30 @@ mod tests {
     }
 
     #[test]
+    fn a_re_attaching_process_keeps_its_memory_even_over_the_cap() {
+        let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\nmemory = \"1GiB\"\n");
+        let (tx, _r) = mpsc::unbounded_channel();
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", 3 << 29, tx.clone()).unwrap();
+        assert_eq!(s.report("a").unwrap().memory_used, 3 << 29);
+        // Over the cap: nothing more fits, and what it frees comes off its count.
+        assert!(matches!(s.reserve(a, 1), Reply::OverCap { .. }));
+        s.unreserve(a, 1 << 29);
+        assert_eq!(s.report("a").unwrap().memory_used, 1 << 30);
+        assert!(matches!(s.reserve(a, 1), Reply::OverCap { .. }));
+        s.unreserve(a, 1);
+        assert!(matches!(s.reserve(a, 1), Reply::Reserved { .. }));
+        // Its exit gives all of it back.
+        s.detach(a);
+        assert_eq!(s.report("a").unwrap().memory_used, 0);
+    }
+
+    #[test]
     fn two_sessions_alternate_and_a_dead_holder_passes_the_token() {
         let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\n[clients.b]\nusers=[\"*\"]\n");
         let (ta, mut ra) = mpsc::unbounded_channel();
         let (tb, mut rb) = mpsc::unbounded_channel();
-        let (a, _) = s.attach(&user(1, "u"), 1, "a", ta).unwrap();
-        let (b, _) = s.attach(&user(1, "u"), 2, "b", tb).unwrap();
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", 0, ta).unwrap();
+        let (b, _) = s.attach(&user(1, "u"), 2, "b", 0, tb).unwrap();
         s.acquire(a);
         s.acquire(b);
         assert!(matches!(ra.try_recv(), Ok(Reply::Grant { .. })));
@@ -912,8 +965,8 @@ mod tests {
         let (mut s, _rx) = state("[clients.big]\nrequest = 0.9\nusers=[\"*\"]\n[clients.small]\nrequest = 0.1\nusers=[\"*\"]\n");
         let (ta, mut ra) = mpsc::unbounded_channel();
         let (tb, mut rb) = mpsc::unbounded_channel();
-        let (a, _) = s.attach(&user(1, "u"), 1, "big", ta).unwrap();
-        let (b, _) = s.attach(&user(1, "u"), 2, "small", tb).unwrap();
+        let (a, _) = s.attach(&user(1, "u"), 1, "big", 0, ta).unwrap();
+        let (b, _) = s.attach(&user(1, "u"), 2, "small", 0, tb).unwrap();
         s.acquire(a);
         s.acquire(b);
         let mut grants = (0, 0);

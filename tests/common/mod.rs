@@ -244,6 +244,7 @@ impl Conn {
         self.send(&Request::Hello {
             version: PROTOCOL_VERSION,
             client: client.into(),
+            reserved: 0,
         });
         self.recv().expect("a reply to Hello")
     }
