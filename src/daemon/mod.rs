@@ -24,6 +24,9 @@ use tokio::sync::{broadcast, Notify};
 const BUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
+    // First, before anything else reads the environment: the socket systemd may have passed.
+    let activated =
+        socket_server::from_systemd().context("cannot take the socket systemd passed")?;
     let mut config = Config::load(&args.config)
         .map_err(anyhow::Error::msg)
         .context("cannot start")?;
@@ -40,9 +43,24 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     )));
     let wake = Arc::new(Notify::new());
 
-    let listener = socket_server::bind(&socket_path)
-        .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
-    tracing::info!(socket = %socket_path.display(), "listening for CUDA processes");
+    let owned_socket = activated.is_none();
+    let listener = match activated {
+        Some(listener) => {
+            let path = listener
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_default();
+            tracing::info!(socket = %path, "listening for CUDA processes on the socket from systemd");
+            listener
+        }
+        None => {
+            let listener = socket_server::bind(&socket_path)
+                .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
+            tracing::info!(socket = %socket_path.display(), "listening for CUDA processes");
+            listener
+        }
+    };
 
     let reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync> = {
         let state = state.clone();
@@ -157,6 +175,9 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     service_notify::stopping();
     gpu.stop().await;
     drop(bus);
-    let _ = std::fs::remove_file(&socket_path);
+    // A socket from systemd stays for the next daemon; processes re-attach to it.
+    if owned_socket {
+        let _ = std::fs::remove_file(&socket_path);
+    }
     Ok(())
 }

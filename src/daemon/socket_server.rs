@@ -29,6 +29,30 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// The listening socket systemd passed (socket activation, `gpushare.socket`), if any: it stays
+/// open across restarts of the daemon, so that processes connecting meanwhile wait in its
+/// backlog instead of failing.
+pub fn from_systemd() -> std::io::Result<Option<UnixListener>> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::net::UnixListener as StdListener;
+    let mut fds = sd_notify::listen_fds()?;
+    let Some(fd) = fds.next() else {
+        return Ok(None);
+    };
+    if fds.next().is_some() {
+        return Err(std::io::Error::other(
+            "systemd passed more than one socket; gpushare.socket listens on one",
+        ));
+    }
+    // SAFETY: systemd hands this fd to this process alone (LISTEN_PID), open and listening.
+    let listener = unsafe { StdListener::from_raw_fd(fd) };
+    listener.set_nonblocking(true)?;
+    listener.local_addr().map_err(|e| {
+        std::io::Error::other(format!("the socket systemd passed is not a Unix socket: {e}"))
+    })?;
+    UnixListener::from_std(listener).map(Some)
+}
+
 pub async fn serve(
     listener: UnixListener,
     state: Arc<Mutex<State>>,

@@ -86,11 +86,17 @@ struct MpsLists {
     clients: Vec<u32>,
 }
 
+/// The first scan waits two scan intervals, at most this long, after the daemon starts:
+/// processes that ran under the previous daemon (a restart, an upgrade) re-attach in that time,
+/// and are not taken for unattached ones.
+pub const START_GRACE: Duration = Duration::from_secs(2);
+
 impl Scanner {
     pub async fn run(self) {
         let mut tracker = Tracker::default();
         let mut mps_lists = MpsLists::default();
-        let mut tick = tokio::time::interval(self.interval);
+        let first = tokio::time::Instant::now() + START_GRACE.min(self.interval * 2);
+        let mut tick = tokio::time::interval_at(first, self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;

@@ -293,6 +293,7 @@ check "installed files are in place" ctr sh -ec '
     test -x /usr/bin/gpushare
     test -f /usr/lib/x86_64-linux-gnu/libgpushare.so
     test -f /usr/lib/systemd/system/gpushare.service
+    test -f /usr/lib/systemd/system/gpushare.socket
     test -f /usr/share/dbus-1/system.d/org.gpushare1.conf
     test -f /usr/share/polkit-1/actions/org.gpushare1.policy
     test -f /etc/gpushare/gpushare.toml
@@ -302,16 +303,33 @@ check "installed files are in place" ctr sh -ec '
     test -f /usr/share/man/man1/gpushare.1.gz
     test -f /usr/share/man/man8/gpushared.8.gz'
 check "the config is a conffile" ctr sh -c 'dpkg-query -W -f="\${Conffiles}" gpushare | grep -q " /etc/gpushare/gpushare.toml "'
-check "unit verifies (systemd-analyze verify)" \
-    ctr sh -c 'out=$(systemd-analyze verify --man=no gpushare.service 2>&1); echo "$out"; [ -z "$out" ]'
+check "units verify (systemd-analyze verify)" \
+    ctr sh -c 'out=$(systemd-analyze verify --man=no gpushare.service gpushare.socket 2>&1); echo "$out"; [ -z "$out" ]'
 check "polkit knows org.gpushare1.manage" ctr sh -c 'pkaction --action-id org.gpushare1.manage --verbose'
 check "postinst enabled the unit" expect_eq is-enabled enabled "$(ctr systemctl is-enabled gpushare.service)"
 check "postinst started the unit" unit_state active
 
 # ---- start, readiness, watchdog ----
+check "postinst enabled and started the socket unit" sh -c '
+    echo "$1 $2"; [ "$1" = enabled ] && [ "$2" = active ]' _ \
+    "$(ctr systemctl is-enabled gpushare.socket)" "$(ctr systemctl is-active gpushare.socket)"
 ctr systemctl stop gpushare.service
 check "stop: unit inactive, not failed" unit_state inactive success
-check "stop removes /run/gpushare" ctr sh -c '! test -e /run/gpushare'
+check "stop keeps the socket open (gpushare.socket)" ctr sh -c '
+    systemctl is-active gpushare.socket && test -S /run/gpushare/gpushare.sock'
+activated() {
+    as bob perl -MIO::Socket::UNIX -e '
+        IO::Socket::UNIX->new(Peer => "/run/gpushare/gpushare.sock") or die "connect: $!\n"' || return 1
+    local _
+    for _ in $(seq 50); do
+        [ "$(ctr systemctl is-active gpushare.service)" = active ] && return 0
+        sleep 0.2
+    done
+    ctr systemctl status gpushare.service --no-pager
+    return 1
+}
+check "a connection to the socket starts the daemon (socket activation)" activated
+ctr systemctl stop gpushare.service
 check "systemctl start reaches active" ctr systemctl start gpushare.service
 check "unit is active after start (sd-notify readiness)" unit_state active
 check "main process is gpushared" \
@@ -473,6 +491,102 @@ if [ -f "$fakes/fake_cuda.c" ] && [ -f "$fakes/client.c" ] && command -v gcc >/d
     check "hook: the attached process is listed" output_matches '[0-9]' client_field train pids
     sleep 3
     check "hook: memory is freed when the process exits" near memory_used 0 "$(client_field train memory_used)"
+
+    # ---- restarts and upgrades keep control ----
+    # Four processes of bob (client "train", 1 GiB cap) hold 64 MiB each and
+    # launch kernels for a while; the daemon is restarted, then the package is
+    # upgraded. The fake NVML lists the four as GPU processes and the policy
+    # kills unattached ones: none may be taken for one.
+    mkdir -p "$root/opt/fake-gpu" "$root/var/lib/gpushare-fake"
+    gcc -O1 -shared -fPIC -o "$root/opt/fake-gpu/libnvidia-ml.so.1" "$fakes/fake_nvml.c" ||
+        die "cannot build the fake NVML"
+    printf 'count 1\nmode 0 0\n' >"$root/var/lib/gpushare-fake/state"
+    mkdir -p "$root/etc/systemd/system/gpushare.service.d"
+    printf '[Service]\nEnvironment=FAKE_NVML_STATE=/var/lib/gpushare-fake/state\nReadWritePaths=/var/lib/gpushare-fake\n' \
+        >"$root/etc/systemd/system/gpushare.service.d/fake-gpu.conf"
+    cp "$root/etc/gpushare/gpushare.toml" "$work/config.saved"
+    python3 - "$root/etc/gpushare/gpushare.toml" <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read().replace("nvml = false\n", 'nvml = true\nnvml_library = "/opt/fake-gpu/libnvidia-ml.so.1"\n'
+    'set_compute_mode = false\nunattached = "kill"\nscan_interval = "1s"\n')
+open(p, "w").write(s)
+PY
+    ctr systemctl daemon-reload
+    ctr systemctl restart gpushare.service
+    for i in 1 2 3 4; do
+        ctr runuser -u bob -- env LD_LIBRARY_PATH=/opt/fake-cuda sh -c "
+            gpushare run --name train -- /opt/fake-cuda/client alloc:67108864 run:40000:1000000:4:0 \
+                >/tmp/four.$i.out 2>&1; echo \$? >/tmp/four.$i.rc &"
+    done
+    # four_attached SECONDS: the four processes are attached with their 256 MiB
+    # within SECONDS.
+    four_attached() {
+        local deadline=$(($(date +%s%N) + $1 * 1000000000)) pids mem
+        while :; do
+            pids=$(client_field train pids)
+            mem=$(client_field train memory_used)
+            if python3 -c 'import sys; sys.exit(not (len(eval(sys.argv[1])) == 4 and int(sys.argv[2]) == 4 << 26))' "$pids" "$mem" 2>/dev/null; then
+                echo "attached: $pids, $mem bytes"
+                return 0
+            fi
+            if [ "$(date +%s%N)" -gt "$deadline" ]; then
+                echo "after $1 s: pids $pids, memory_used $mem"
+                return 1
+            fi
+            sleep 0.1
+        done
+    }
+    # The fake NVML lists the four processes on the GPU.
+    four_on_gpu() {
+        local pids p
+        pids=$(client_field train pids | tr -d '[],')
+        { printf 'count 1\nmode 0 0\n'; for p in $pids; do echo "proc 0 $p 134217728"; done; } \
+            >"$root/var/lib/gpushare-fake/state"
+        echo "on the GPU: $pids"
+    }
+    # restart_keeps_them COMMAND...: runs COMMAND, which restarts the daemon; the
+    # four are attached again with the same memory within 3 s of its return (the
+    # new daemon is ready then), and still run, unreported, four scans later.
+    restart_keeps_them() {
+        local t0 t1 pid_before
+        pid_before=$(unit_prop gpushare.service MainPID)
+        "$@" || { echo "$* failed"; return 1; }
+        t0=$(date +%s%N)
+        [ "$(unit_prop gpushare.service MainPID)" != "$pid_before" ] || { echo "the daemon did not restart"; return 1; }
+        four_attached 3 || return 1
+        t1=$(date +%s%N)
+        echo "re-attached $(((t1 - t0) / 1000000)) ms after the new daemon was ready"
+        sleep 4
+        four_attached 0 || return 1
+        ctr sh -c '! journalctl -u gpushare.service --no-pager -o cat --since "-6s" | grep -i "without gpushare"' || return 1
+        ctr sh -c 'for i in 1 2 3 4; do test ! -e /tmp/four.$i.rc || { cat /tmp/four.$i.out; exit 1; }; done'
+    }
+    check "four processes attach with their memory" four_attached 10
+    four_on_gpu
+    check "systemctl restart: all four re-attach with their memory, none is taken for unattached" \
+        restart_keeps_them ctr systemctl restart gpushare.service
+    check "upgrade of the package: all four re-attach with their memory, none is taken for unattached" \
+        restart_keeps_them ctr sh -c 'dpkg -i /root/gpushare.deb </dev/null >/dev/null'
+    four_done() {
+        local _
+        for _ in $(seq 600); do
+            ctr sh -c 'test -e /tmp/four.1.rc && test -e /tmp/four.2.rc && test -e /tmp/four.3.rc && test -e /tmp/four.4.rc' && break
+            sleep 0.1
+        done
+        ctr sh -c '
+            for i in 1 2 3 4; do echo "$i: rc $(cat /tmp/four.$i.rc): $(grep -c re-attached /tmp/four.$i.out) re-attaches, $(grep "^run" /tmp/four.$i.out)"; done
+            for i in 1 2 3 4; do
+                [ "$(cat /tmp/four.$i.rc)" = 0 ] && grep -q "^run [0-9]* kernels" /tmp/four.$i.out &&
+                    [ "$(grep -c "re-attached" /tmp/four.$i.out)" = 2 ] || exit 1
+            done'
+    }
+    check "all four ran to the end, each re-attached twice" four_done
+    check "their memory is freed when they exit" near memory_used 0 "$(client_field train memory_used)"
+    cp "$work/config.saved" "$root/etc/gpushare/gpushare.toml"
+    rm -rf "$root/etc/systemd/system/gpushare.service.d" "$root/opt/fake-gpu" "$root/var/lib/gpushare-fake"
+    ctr systemctl daemon-reload
+    ctr systemctl restart gpushare.service
 else
     say "tests/fakes (fake libcuda) or gcc missing: the hook checks are skipped"
 fi
@@ -564,7 +678,8 @@ left_behind() {
     if [ -s "$work/left" ]; then cat "$work/left"; left=1; fi
     for f in /etc/gpushare /var/log/gpushare /run/gpushare /usr/share/doc/gpushare \
              /etc/systemd/system/multi-user.target.wants/gpushare.service \
-             /lib/systemd/system/gpushare.service; do
+             /etc/systemd/system/sockets.target.wants/gpushare.socket \
+             /lib/systemd/system/gpushare.service /lib/systemd/system/gpushare.socket; do
         if ctr test -e "$f"; then echo "left: $f"; left=1; fi
     done
     [ "$(ctr systemctl list-unit-files --no-legend gpushare.service | wc -l)" = 0 ] \
