@@ -21,6 +21,8 @@
 #  11  latency beside trainers with an `interactive = true` inference client, without and with
 #      `queue_ahead = "1ms"`, one lease at a time and with the daemon's default concurrent_leases
 #      (latency/run.sh, results in OUTPUT_DIR/interactive)
+#  12  restarts: two saturating jobs' shares and a capped process's cap across a restart of
+#      gpushared (restart/run.sh)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -30,7 +32,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench/run.sh OUTPUT_DIR [PART...]}
 shift
-parts=${*:-1 2 3 4 5 6 7 8 9 10 11}
+parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TARGET=${TARGET:-$here/../target/release}
@@ -66,6 +68,7 @@ for part in $parts; do
     10) BUDGET=420 step launch_bound 500 "$here/throughput/launch_bound.sh" "$out" ;;
     11) PHASES="solo gpushare_solo timeslice gpushare gpushare_interactive gpushare_interactive_q gpushare_default gpushare_interactive_default" \
           step latency_interactive 400 "$here/latency/run.sh" "$out/interactive" ;;
+    12) step restart 200 "$here/restart/run.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done
