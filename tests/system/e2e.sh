@@ -516,8 +516,8 @@ PY
     ctr systemctl restart gpushare.service
     for i in 1 2 3 4; do
         ctr runuser -u bob -- env LD_LIBRARY_PATH=/opt/fake-cuda sh -c "
-            gpushare run --name train -- /opt/fake-cuda/client alloc:67108864 run:40000:1000000:4:0 \
-                >/tmp/four.$i.out 2>&1; echo \$? >/tmp/four.$i.rc &"
+            (gpushare run --name train -- /opt/fake-cuda/client alloc:67108864 run:40000:1000000:4:0 \
+                >/tmp/four.$i.out 2>&1; echo \$? >/tmp/four.$i.rc) &"
     done
     # four_attached SECONDS: the four processes are attached with their 256 MiB
     # within SECONDS.
