@@ -391,3 +391,109 @@ fn memory_modes_are_set_over_the_bus() {
     assert_eq!(fields[..2], ["(tt)", "0"], "{text}");
     assert!(fields[2].parse::<u64>().unwrap() > 0, "{text}");
 }
+
+/// Every client and device is an object of its own, in systemd's style: `busctl tree` and the
+/// ObjectManager list them, their properties read back, objects come and go with clients, and
+/// a change is announced with `PropertiesChanged`.
+#[test]
+fn clients_are_objects_with_properties() {
+    require_root();
+    let bus = TestBus::start();
+    let d = Daemon::start(CONFIG, Some(&bus));
+    let tree = || stdout(&d.busctl(&["tree", "--list", "org.gpushare1"]));
+    wait_for("the client object", Duration::from_secs(10), || {
+        tree().contains("/org/gpushare1/client/train")
+    });
+    let get = |path: &str, prop: &str| {
+        let out = d.busctl(&[
+            "get-property",
+            "org.gpushare1",
+            path,
+            "org.gpushare1.Client",
+            prop,
+        ]);
+        assert!(out.status.success(), "{prop}: {}", stderr(&out));
+        stdout(&out).trim().to_string()
+    };
+    assert_eq!(get("/org/gpushare1/client/train", "Request"), "d 0.5");
+    assert_eq!(
+        get("/org/gpushare1/client/train", "MemoryCap"),
+        format!("t {}", 4u64 << 30)
+    );
+    assert_eq!(get("/org/gpushare1/client/train", "Origin"), "s \"config\"");
+    let managed = stdout(&d.busctl(&[
+        "call",
+        "org.gpushare1",
+        "/org/gpushare1",
+        "org.freedesktop.DBus.ObjectManager",
+        "GetManagedObjects",
+    ]));
+    assert!(
+        managed.contains("/org/gpushare1/client/train") && managed.contains("org.gpushare1.Client"),
+        "{managed}"
+    );
+
+    // A change is announced; watch for it on the bus.
+    let address = bus.address.clone();
+    let watcher = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let conn = zbus::connection::Builder::address(address.as_str())
+                .unwrap()
+                .build()
+                .await
+                .unwrap();
+            let rule = zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .interface("org.freedesktop.DBus.Properties")
+                .unwrap()
+                .member("PropertiesChanged")
+                .unwrap()
+                .path("/org/gpushare1/client/train")
+                .unwrap()
+                .build();
+            let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None)
+                .await
+                .unwrap();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+            while let Ok(Some(Ok(msg))) = tokio::time::timeout_at(deadline, next(&mut stream)).await
+            {
+                let (iface, changed, _): (
+                    String,
+                    std::collections::HashMap<String, zbus::zvariant::OwnedValue>,
+                    Vec<String>,
+                ) = msg.body().deserialize().unwrap();
+                if let Some(v) = changed.get("Request") {
+                    return Some((iface, f64::try_from(v).unwrap()));
+                }
+            }
+            None
+        })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let out = d.cli(&["set", "train", "--request", "0.3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        watcher.join().unwrap(),
+        Some(("org.gpushare1.Client".to_string(), 0.3))
+    );
+    assert_eq!(get("/org/gpushare1/client/train", "Request"), "d 0.3");
+
+    // Registered clients come and go as objects.
+    let out = d.cli(&["register", "in.fer", "--request", "0.2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("the registered client's object", Duration::from_secs(10), || {
+        tree().contains("/org/gpushare1/client/in_2efer")
+    });
+    assert_eq!(get("/org/gpushare1/client/in_2efer", "Name"), "s \"in.fer\"");
+    let out = d.cli(&["unregister", "in.fer"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("the object to go", Duration::from_secs(10), || {
+        !tree().contains("/org/gpushare1/client/in_2efer")
+    });
+}
+
+/// The next item of a stream.
+async fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await
+}

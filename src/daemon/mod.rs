@@ -4,6 +4,7 @@
 pub mod args;
 pub mod config_watch;
 pub mod dbus_api;
+pub mod dbus_objects;
 pub mod gpu_events;
 pub mod identity;
 pub mod service_notify;
@@ -94,9 +95,9 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         .await
         .context("cannot take over the GPU")?;
     state.lock().unwrap_or_else(|p| p.into_inner()).mps_pipe_dir = gpu.mps_pipe_dir();
+    let (read_devices, read_mps) = (gpu.device_reader(), gpu.mps_status_reader());
     let devices: dbus_api::DeviceLister = {
-        let read_devices = gpu.device_reader();
-        let read_mps = gpu.mps_status_reader();
+        let (read_devices, read_mps) = (read_devices.clone(), read_mps.clone());
         Arc::new(move || {
             let mps = read_mps();
             read_devices()
@@ -120,6 +121,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 .builder()?
                 .name(dbus_api::BUS_NAME)?
                 .serve_at(dbus_api::OBJECT_PATH, manager)?
+                .serve_at(dbus_api::OBJECT_PATH, zbus::fdo::ObjectManager)?
                 .build();
             let conn = tokio::time::timeout(BUS_TIMEOUT, connect)
                 .await
@@ -132,6 +134,12 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 })?;
             tracing::info!(bus = %choice, name = dbus_api::BUS_NAME, "D-Bus API up");
             tokio::spawn(dbus_api::emit_signals(conn.clone(), events.subscribe()));
+            tokio::spawn(dbus_objects::run(
+                conn.clone(),
+                state.clone(),
+                read_devices,
+                read_mps,
+            ));
             Some(conn)
         }
     };

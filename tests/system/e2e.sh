@@ -556,7 +556,7 @@ PY
         [ "$(unit_prop gpushare.service MainPID)" != "$pid_before" ] || { echo "the daemon did not restart"; return 1; }
         four_attached 3 || return 1
         t1=$(date +%s%N)
-        echo "re-attached $(((t1 - t0) / 1000000)) ms after the new daemon was ready"
+        say "$1 $2 $3: the four re-attached $(((t1 - t0) / 1000000)) ms after the new daemon was ready"
         sleep 4
         four_attached 0 || return 1
         ctr sh -c '! journalctl -u gpushare.service --no-pager -o cat --since "-6s" | grep -i "without gpushare"' || return 1
@@ -575,10 +575,10 @@ PY
             sleep 0.1
         done
         ctr sh -c '
-            for i in 1 2 3 4; do echo "$i: rc $(cat /tmp/four.$i.rc): $(grep -c re-attached /tmp/four.$i.out) re-attaches, $(grep "^run" /tmp/four.$i.out)"; done
+            for i in 1 2 3 4; do echo "$i: rc $(cat /tmp/four.$i.rc): $(grep -c "^gpushare: re-attached" /tmp/four.$i.out) re-attaches, $(grep "^run" /tmp/four.$i.out)"; done
             for i in 1 2 3 4; do
                 [ "$(cat /tmp/four.$i.rc)" = 0 ] && grep -q "^run [0-9]* kernels" /tmp/four.$i.out &&
-                    [ "$(grep -c "re-attached" /tmp/four.$i.out)" = 2 ] || exit 1
+                    [ "$(grep -c "^gpushare: re-attached" /tmp/four.$i.out)" = 2 ] || exit 1
             done'
     }
     check "all four ran to the end, each re-attached twice" four_done
