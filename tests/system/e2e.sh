@@ -556,7 +556,7 @@ PY
         [ "$(unit_prop gpushare.service MainPID)" != "$pid_before" ] || { echo "the daemon did not restart"; return 1; }
         four_attached 3 || return 1
         t1=$(date +%s%N)
-        say "$1 $2 $3: the four re-attached $(((t1 - t0) / 1000000)) ms after the new daemon was ready"
+        echo "$(((t1 - t0) / 1000000)) ms" >>"$work/reattach_ms"
         sleep 4
         four_attached 0 || return 1
         ctr sh -c '! journalctl -u gpushare.service --no-pager -o cat --since "-6s" | grep -i "without gpushare"' || return 1
@@ -568,6 +568,7 @@ PY
         restart_keeps_them ctr systemctl restart gpushare.service
     check "upgrade of the package: all four re-attach with their memory, none is taken for unattached" \
         restart_keeps_them ctr sh -c 'dpkg -i /root/gpushare.deb </dev/null >/dev/null'
+    [ -s "$work/reattach_ms" ] && say "the four re-attached, restart then upgrade: $(tr '\n' ' ' <"$work/reattach_ms")after the new daemon was ready"
     four_done() {
         local _
         for _ in $(seq 600); do
