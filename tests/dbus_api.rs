@@ -272,58 +272,96 @@ fn broken_config_is_reported_and_the_old_one_keeps_running() {
     assert_eq!(get_error().trim(), "s \"\"");
 }
 
+/// The shipped introspection data (dbus/) is what the running service serves: the Manager, a
+/// client object and, with the fake NVML, a device object.
 #[test]
 fn shipped_introspection_matches_the_live_service() {
     require_root();
     let bus = TestBus::start();
-    let d = Daemon::start(CONFIG, Some(&bus));
-    let out = d.busctl(&[
-        "call",
-        "org.gpushare1",
-        "/org/gpushare1",
-        "org.freedesktop.DBus.Introspectable",
-        "Introspect",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    // busctl prints: s "<xml...>" with escapes
-    let raw = stdout(&out);
-    let xml = raw
-        .trim()
-        .strip_prefix("s \"")
-        .and_then(|s| s.strip_suffix('"'))
-        .expect("a string reply");
-    let xml = xml
-        .replace("\\\"", "\"")
-        .replace("\\'", "'")
-        .replace("\\n", "\n");
-    let live = interface_element(&xml, true);
-    let shipped_path = concat!(env!("CARGO_MANIFEST_DIR"), "/dbus/org.gpushare1.xml");
-    if std::env::var_os("UPDATE_DBUS_XML").is_some() {
-        let doc = format!(
-            "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<node name=\"/org/gpushare1\">\n{}\n</node>\n",
-            interface_element(&xml, false)
-        );
-        std::fs::write(shipped_path, doc).unwrap();
-    }
-    let shipped = std::fs::read_to_string(shipped_path).expect("dbus/org.gpushare1.xml");
-    assert_eq!(
-        interface_element(&shipped, true),
-        live,
-        "dbus/org.gpushare1.xml differs from the running service; rerun this test with UPDATE_DBUS_XML=1"
+    let gpu = tempfile::tempdir().unwrap();
+    let nvml = gpu.path().join("libnvidia-ml.so.1");
+    std::fs::copy(fake_nvml(), &nvml).unwrap();
+    std::fs::write(gpu.path().join("fake_nvml.state"), "count 1\nmode 0 0\n").unwrap();
+    let config = format!(
+        "[gpu]\nnvml_library = \"{}\"\nset_compute_mode = false\n{CONFIG}",
+        nvml.display()
     );
+    let d = Daemon::start(&config, Some(&bus));
+    let introspect = |path: &str| -> Option<String> {
+        let out = d.busctl(&[
+            "call",
+            "org.gpushare1",
+            path,
+            "org.freedesktop.DBus.Introspectable",
+            "Introspect",
+        ]);
+        if !out.status.success() {
+            return None; // not there yet
+        }
+        // busctl prints: s "<xml...>" with escapes
+        let raw = stdout(&out);
+        let xml = raw
+            .trim()
+            .strip_prefix("s \"")
+            .and_then(|s| s.strip_suffix('"'))
+            .expect("a string reply");
+        let xml = xml
+            .replace("\\\"", "\"")
+            .replace("\\'", "'")
+            .replace("\\n", "\n");
+        Some(xml)
+    };
+    for (path, interface, file) in [
+        (
+            "/org/gpushare1",
+            "org.gpushare1.Manager",
+            "org.gpushare1.xml",
+        ),
+        (
+            "/org/gpushare1/client/train",
+            "org.gpushare1.Client",
+            "org.gpushare1.Client.xml",
+        ),
+        (
+            "/org/gpushare1/device/0",
+            "org.gpushare1.Device",
+            "org.gpushare1.Device.xml",
+        ),
+    ] {
+        let mut xml = String::new();
+        wait_for(path, Duration::from_secs(10), || {
+            xml = introspect(path).unwrap_or_default();
+            xml.contains(&format!("<interface name=\"{interface}\">"))
+        });
+        let live = interface_element(&xml, interface, true);
+        let shipped_path = format!("{}/dbus/{file}", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("UPDATE_DBUS_XML").is_some() {
+            let doc = format!(
+                "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<node name=\"{path}\">\n{}\n</node>\n",
+                interface_element(&xml, interface, false)
+            );
+            std::fs::write(&shipped_path, doc).unwrap();
+        }
+        let shipped = std::fs::read_to_string(&shipped_path).expect(&shipped_path);
+        assert_eq!(
+            interface_element(&shipped, interface, true),
+            live,
+            "dbus/{file} differs from the running service; rerun this test with UPDATE_DBUS_XML=1"
+        );
+    }
 }
 
-/// The `org.gpushare1.Manager` interface element, with comments, indentation and blank lines
-/// dropped when `strip` is set.
-fn interface_element(xml: &str, strip: bool) -> String {
+/// The element of `interface`, with comments, indentation and blank lines dropped when `strip`
+/// is set.
+fn interface_element(xml: &str, interface: &str, strip: bool) -> String {
     let mut text = xml.to_string();
     while let Some(open) = text.find("<!--").filter(|_| strip) {
         let close = open + text[open..].find("-->").expect("closed comment") + 3;
         text.replace_range(open..close, "");
     }
     let start = text
-        .find("<interface name=\"org.gpushare1.Manager\">")
-        .expect("Manager interface");
+        .find(&format!("<interface name=\"{interface}\">"))
+        .expect("the interface");
     let end = start + text[start..].find("</interface>").unwrap() + "</interface>".len();
     // the element starts after its indentation: take the whole first line
     let start = text[..start].rfind('\n').map_or(0, |n| n + 1);
@@ -482,10 +520,15 @@ fn clients_are_objects_with_properties() {
     // Registered clients come and go as objects.
     let out = d.cli(&["register", "in.fer", "--request", "0.2"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_for("the registered client's object", Duration::from_secs(10), || {
-        tree().contains("/org/gpushare1/client/in_2efer")
-    });
-    assert_eq!(get("/org/gpushare1/client/in_2efer", "Name"), "s \"in.fer\"");
+    wait_for(
+        "the registered client's object",
+        Duration::from_secs(10),
+        || tree().contains("/org/gpushare1/client/in_2efer"),
+    );
+    assert_eq!(
+        get("/org/gpushare1/client/in_2efer", "Name"),
+        "s \"in.fer\""
+    );
     let out = d.cli(&["unregister", "in.fer"]);
     assert!(out.status.success(), "{}", stderr(&out));
     wait_for("the object to go", Duration::from_secs(10), || {

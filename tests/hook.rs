@@ -1360,7 +1360,14 @@ fn processes_re_attach_to_a_restarted_daemon_with_their_memory() {
         .daemon(&d)
         .client("a")
         .log(&log)
-        .command(&[&alloc, "sleep:1500", &alloc, "sleep:4000", "launch:20:1000000", "info"])
+        .command(&[
+            &alloc,
+            "sleep:1500",
+            &alloc,
+            "sleep:4000",
+            "launch:20:1000000",
+            "info",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1396,7 +1403,9 @@ fn processes_re_attach_to_a_restarted_daemon_with_their_memory() {
     }
     let small = format!("alloc:{}", 400 * MIB);
     assert!(
-        probe.ok(&[&small]).contains(&format!("alloc {} -> 0", 400 * MIB)),
+        probe
+            .ok(&[&small])
+            .contains(&format!("alloc {} -> 0", 400 * MIB)),
         "512 MiB of 1 GiB are counted, 400 MiB more fit"
     );
     // A neighbour launches while the re-attached process does: they take turns by token.
@@ -1424,8 +1433,16 @@ fn processes_re_attach_to_a_restarted_daemon_with_their_memory() {
         ],
         "{stderr}"
     );
-    assert_eq!(stderr.matches("gpushare: lost the daemon").count(), 1, "{stderr}");
-    assert_eq!(stderr.matches("gpushare: re-attached").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("gpushare: lost the daemon").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("gpushare: re-attached").count(),
+        1,
+        "{stderr}"
+    );
     let n = neighbour.wait_with_output().unwrap();
     assert!(String::from_utf8_lossy(&n.stdout).contains("launch 4000 -> 0"));
     // Its launches waited for the new daemon's token: they never ran beside the neighbour's
@@ -1434,7 +1451,9 @@ fn processes_re_attach_to_a_restarted_daemon_with_their_memory() {
     assert_eq!(k.len(), 4020);
     assert_eq!(overlaps(&k), 0, "the re-attached process ran ungated");
     // Its exit gives the memory back.
-    assert!(probe.ok(&[&big]).contains(&format!("alloc {} -> 0", 600 * MIB)));
+    assert!(probe
+        .ok(&[&big])
+        .contains(&format!("alloc {} -> 0", 600 * MIB)));
 }
 
 /// Two saturating processes attached as clients with requests 0.8 and 0.2 get GPU time in that

@@ -13,12 +13,13 @@ use std::time::Duration;
 
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (any::<u32>(), "[a-z0-9._-]{0,40}", any::<u64>())
-            .prop_map(|(version, client, reserved)| Request::Hello {
+        (any::<u32>(), "[a-z0-9._-]{0,40}", any::<u64>()).prop_map(
+            |(version, client, reserved)| Request::Hello {
                 version,
                 client,
                 reserved,
-            }),
+            }
+        ),
         Just(Request::Acquire),
         any::<u64>().prop_map(|busy_ns| Request::Release { busy_ns }),
         any::<u64>().prop_map(|bytes| Request::Reserve { bytes }),

@@ -34,7 +34,10 @@ pub fn watch(socket: &Path, session: u64, closed: fn()) {
         .spawn(move || {
             let _ = std::panic::catch_unwind(move || read(link));
             // A reader of an older session (before a re-attach) ends quietly.
-            if WATCHING.compare_exchange(session, 0, AcqRel, Acquire).is_ok() {
+            if WATCHING
+                .compare_exchange(session, 0, AcqRel, Acquire)
+                .is_ok()
+            {
                 closed();
             }
         });

@@ -313,7 +313,9 @@ fn reattach() {
                 return;
             }
             Err(Retry::Refused(message)) => {
-                give_up(&format_args!("the daemon refused to re-attach it: {message}"));
+                give_up(&format_args!(
+                    "the daemon refused to re-attach it: {message}"
+                ));
                 return;
             }
             Err(Retry::Later(e)) if since.elapsed() >= give_up_after => {
@@ -362,7 +364,9 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
             session,
             ..
         } => (queue_ahead_ns, sched_flags, memory_cap, session),
-        Reply::Error { code, message } => return Err(Retry::Refused(format!("{message} ({code:?})"))),
+        Reply::Error { code, message } => {
+            return Err(Retry::Refused(format!("{message} ({code:?})")))
+        }
         other => return Err(Retry::Refused(format!("unexpected answer {other:?}"))),
     };
     // Lock order: the gate, the session, the books of the away time, the record.

@@ -931,7 +931,9 @@ mod tests {
     fn a_re_attaching_process_keeps_its_memory_even_over_the_cap() {
         let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\nmemory = \"1GiB\"\n");
         let (tx, _r) = mpsc::unbounded_channel();
-        let (a, _) = s.attach(&user(1, "u"), 1, "a", 3 << 29, tx.clone()).unwrap();
+        let (a, _) = s
+            .attach(&user(1, "u"), 1, "a", 3 << 29, tx.clone())
+            .unwrap();
         assert_eq!(s.report("a").unwrap().memory_used, 3 << 29);
         // Over the cap: nothing more fits, and what it frees comes off its count.
         assert!(matches!(s.reserve(a, 1), Reply::OverCap { .. }));
