@@ -41,12 +41,16 @@ impl From<StateError> for Error {
 /// What the manager object reads devices from (the GPU side fills this in).
 pub type DeviceLister = Arc<dyn Fn() -> Vec<HashMap<String, OwnedValue>> + Send + Sync>;
 
+/// What the manager object reads flagged processes from (the GPU side's scan fills this in).
+pub type FlaggedLister = Arc<dyn Fn() -> Vec<HashMap<String, OwnedValue>> + Send + Sync>;
+
 pub struct Manager {
     pub state: Arc<Mutex<State>>,
     pub wake: Arc<Notify>,
     /// Whether polkit on the system bus may be asked about callers.
     pub use_polkit: bool,
     pub devices: DeviceLister,
+    pub flagged: FlaggedLister,
     /// Reloads the config file (the same path SIGHUP takes).
     pub reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
@@ -316,6 +320,16 @@ impl Manager {
             .unwrap_or_default()
     }
 
+    /// The GPU processes the last scan reported that are still at it: `kind` "unattached" (not
+    /// attached through the hook), "memory" (an attached process NVML counts more device memory
+    /// for than it reserved plus the context allowance: `measured` and `allowed` bytes) or
+    /// "activity" (an attached process busy on the GPU while it held no lease: `measured` SM
+    /// percent); with `device`, `pid`, `uid`, `client`, `details` (the figures in words),
+    /// `action` ("warned", "killed") and `since` (seconds since the epoch).
+    async fn list_flagged_processes(&self) -> Vec<HashMap<String, OwnedValue>> {
+        (self.flagged)()
+    }
+
     /// Reads the config file again; a broken file is reported and the running config kept.
     async fn reload(
         &self,
@@ -385,6 +399,24 @@ impl Manager {
         emitter: &SignalEmitter<'_>,
         device: u32,
         pid: u32,
+        action: &str,
+    ) -> zbus::Result<()>;
+
+    /// An attached process uses the GPU beyond what its hook reported: `kind` "memory" (NVML
+    /// counts `measured` bytes of device memory for it, more than the `allowed` bytes it reserved
+    /// plus the context allowance) or "activity" (its work kept the SMs `measured` percent busy
+    /// while it held no lease; `allowed` 0); `action` is what was done about it.
+    #[allow(clippy::too_many_arguments)]
+    #[zbus(signal)]
+    pub async fn process_violation(
+        emitter: &SignalEmitter<'_>,
+        device: u32,
+        pid: u32,
+        uid: u32,
+        client: &str,
+        kind: &str,
+        measured: u64,
+        allowed: u64,
         action: &str,
     ) -> zbus::Result<()>;
 
