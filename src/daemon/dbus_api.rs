@@ -403,9 +403,10 @@ impl Manager {
     ) -> zbus::Result<()>;
 
     /// An attached process uses the GPU beyond what its hook reported: `kind` "memory" (NVML
-    /// counts `measured` bytes of device memory for it, more than the `allowed` bytes it reserved
+    /// counts `measured` bytes of device memory for it, more than `allowed`: what it reserved
     /// plus the context allowance) or "activity" (its work kept the SMs `measured` percent busy
-    /// while it held no lease; `allowed` 0); `action` is what was done about it.
+    /// while it held no lease; `allowed` 0); `action` is what was done about it: "warned" or
+    /// "killed". Reported once per episode; ListFlaggedProcesses lists those still at it.
     #[allow(clippy::too_many_arguments)]
     #[zbus(signal)]
     pub async fn process_violation(

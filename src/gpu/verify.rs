@@ -98,7 +98,7 @@ impl Violation {
             Violation::Activity { sm_util, idle } => format!(
                 "its work kept the GPU's SMs {sm_util}% busy while it held no lease ({})",
                 match idle {
-                    Some(d) => format!("its last lease ended {:.1} s before", d.as_secs_f64()),
+                    Some(d) => format!("its last lease ended {:.1} s ago", d.as_secs_f64()),
                     None => "it never had one".into(),
                 }
             ),
