@@ -2,6 +2,10 @@
 //! Reads are open to everyone; writes need root, a group in `admin_groups`, or the polkit action
 //! `org.gpushare1.manage`.
 
+// RegisterClient and ProcessViolation carry many arguments, as D-Bus methods and signals do
+// (zbus generates functions from them that an attribute on the method cannot reach).
+#![allow(clippy::too_many_arguments)]
+
 use super::identity::Identity;
 use super::state::{ClientReport, Event, State, StateError};
 use crate::config::{Access, ClientSpec, MemoryMode, MpsShare, Share};
@@ -180,7 +184,6 @@ async fn polkit_allows(conn: &zbus::Connection, sender: &str) -> bool {
 impl Manager {
     /// Adds a client at run time. `memory` is a cap in bytes (0 = unlimited); `users` and `groups`
     /// say who may attach as it ("*" in users: everyone).
-    #[allow(clippy::too_many_arguments)]
     async fn register_client(
         &self,
         #[zbus(header)] header: Header<'_>,
@@ -407,7 +410,6 @@ impl Manager {
     /// plus the context allowance) or "activity" (its work kept the SMs `measured` percent busy
     /// while it held no lease; `allowed` 0); `action` is what was done about it: "warned" or
     /// "killed". Reported once per episode; ListFlaggedProcesses lists those still at it.
-    #[allow(clippy::too_many_arguments)]
     #[zbus(signal)]
     pub async fn process_violation(
         emitter: &SignalEmitter<'_>,
