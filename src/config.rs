@@ -28,8 +28,8 @@ pub type ViolationPolicy = UnattachedPolicy;
 
 /// Device memory NVML may show for an attached process beyond what its hook reserved, per device
 /// it has a context on, before that counts as a violation: the CUDA context, its module images,
-/// kernels' local memory and heaps, which the hook never sees (about 500 MiB on an H100 with
-/// CUDA 12's lazy module loading).
+/// kernels' local memory and heaps, which the hook never sees (a few hundred MiB for a PyTorch
+/// process with CUDA 12's lazy module loading).
 pub const DEFAULT_CONTEXT_ALLOWANCE: u64 = 1 << 30;
 
 /// A client's share of GPU time and memory.
@@ -825,6 +825,16 @@ mps_priority = "below-normal"
         );
         let c = Config::parse("[gpu]\ncontext_allowance = \"unlimited\"\n").unwrap();
         assert_eq!(c.gpu.context_allowance, None);
+    }
+
+    #[test]
+    fn the_shipped_example_parses_with_the_defaults_it_spells_out() {
+        let c = Config::parse(include_str!("../dist/gpushare.toml")).unwrap();
+        let defaults = Config::parse("").unwrap();
+        assert_eq!(c.gpu.unattached, defaults.gpu.unattached);
+        assert_eq!(c.gpu.violations, defaults.gpu.violations);
+        assert_eq!(c.gpu.context_allowance, defaults.gpu.context_allowance);
+        assert_eq!(c.gpu.scan_interval, defaults.gpu.scan_interval);
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the daemon, its devices and its clients.
+    /// Show the daemon, its devices, the GPU processes its scan flagged (not attached, or using
+    /// the GPU around the hook) and its clients.
     Status,
     /// List clients with their shares and live usage.
     Clients,
