@@ -188,8 +188,8 @@ impl GpuManager {
                 Err(e) => {
                     let e = format!("{e:#}");
                     tracing::error!(
-                        "{e}; running without NVML: no device list, compute mode or process scan \
-                         (set gpu.nvml = false to silence this)"
+                        "{e}; running without NVML: no device list, compute mode, process scan or \
+                         checks of attached processes (set gpu.nvml = false to silence this)"
                     );
                     nvml_error = Some(e);
                     None
@@ -241,8 +241,9 @@ impl GpuManager {
         }
 
         let flagged = FlaggedList::default();
-        let scanning =
-            cfg.unattached != UnattachedPolicy::Allow || cfg.violations != UnattachedPolicy::Allow;
+        // Attached processes are checked against NVML's readings only.
+        let verifying = cfg.violations != UnattachedPolicy::Allow;
+        let scanning = cfg.unattached != UnattachedPolicy::Allow || (verifying && nvml.is_some());
         let scanner = scanning.then(|| {
             let scanner = scan::Scanner {
                 nvml: nvml.clone(),

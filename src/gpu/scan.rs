@@ -144,11 +144,6 @@ fn read_nvml(
 impl Scanner {
     pub async fn run(self) {
         let mut st = ScanState::default();
-        if self.violations != UnattachedPolicy::Allow && self.nvml.is_none() {
-            tracing::info!(
-                "attached processes are not checked against NVML (gpu.violations): NVML is not in use"
-            );
-        }
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
