@@ -327,8 +327,9 @@ impl Manager {
     /// attached through the hook), "memory" (an attached process NVML counts more device memory
     /// for than it reserved plus the context allowance: `measured` and `allowed` bytes) or
     /// "activity" (an attached process busy on the GPU while it held no lease: `measured` SM
-    /// percent); with `device`, `pid`, `uid`, `client`, `details` (the figures in words),
-    /// `action` ("warned", "killed") and `since` (seconds since the epoch).
+    /// percent); with `device`, `pid`, `uid` (4294967295 when it could not be read), `client`
+    /// (empty for "unattached"), `details` (the figures in words), `action` ("warned",
+    /// "killed") and `since` (seconds since the epoch).
     async fn list_flagged_processes(&self) -> Vec<HashMap<String, OwnedValue>> {
         (self.flagged)()
     }
