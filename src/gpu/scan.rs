@@ -183,7 +183,12 @@ impl Scanner {
                 found.extend(verify::memory_violations(&memory, &attached, allowance));
             }
             found.extend(verify::activity_violations(&readings.windows, &attached));
-            let on_gpu: HashSet<u32> = memory.iter().map(|m| m.pid).collect();
+            let sampled = readings.windows.iter().flat_map(|w| &w.samples);
+            let on_gpu: HashSet<u32> = memory
+                .iter()
+                .map(|m| m.pid)
+                .chain(sampled.map(|s| s.pid))
+                .collect();
             let present: HashSet<u32> = attached_pids.intersection(&on_gpu).copied().collect();
             for f in st.episodes.update(found, &present, now) {
                 let Some(p) = attached.iter().find(|p| p.pid == f.pid) else {
