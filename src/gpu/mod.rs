@@ -11,6 +11,7 @@ mod enforce;
 mod flagged;
 mod mps;
 mod nvml;
+mod readings;
 mod scan;
 mod unattached;
 mod verify;

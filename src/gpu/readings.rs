@@ -1,0 +1,87 @@
+//! One scan's readings from NVML: the process lists with their memory, and per device the
+//! per-process utilization samples of the window since the previous scan.
+
+use super::nvml::{NvmlDevices, ProcessLists, Unread};
+use super::verify::UtilWindow;
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How far the system clock may drift from the monotonic one over a utilization window before
+/// the window is dropped (the clock was set): NVML stamps its samples with the system clock.
+const CLOCK_STEP: Duration = Duration::from_secs(1);
+
+/// One scan's NVML readings.
+#[derive(Default)]
+pub(crate) struct Readings {
+    pub lists: ProcessLists,
+    pub windows: Vec<UtilWindow>,
+    /// Why per-process utilization could not be read, when it cannot be.
+    pub util_unread: Option<Unread>,
+}
+
+fn epoch_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_micros().min(u128::from(u64::MAX)) as u64)
+        .unwrap_or(0)
+}
+
+/// Reads the process lists and, for `util_from`'s devices, the utilization samples since then;
+/// returns the readings and where the next windows start. Blocks on NVML.
+pub(crate) fn read_nvml(
+    nvml: &NvmlDevices,
+    graphics: bool,
+    util_from: Option<HashMap<u32, (Instant, u64)>>,
+) -> (Readings, HashMap<u32, (Instant, u64)>) {
+    let mut readings = Readings {
+        lists: nvml.process_lists(graphics),
+        ..Default::default()
+    };
+    let mut next = HashMap::new();
+    let Some(util_from) = util_from else {
+        return (readings, next);
+    };
+    for index in nvml.indices() {
+        let Some(&(start, since_us)) = util_from.get(&index) else {
+            // the first window of a device starts now
+            next.insert(index, (Instant::now(), epoch_micros()));
+            continue;
+        };
+        let result = nvml.process_utilization(index, since_us);
+        let (end, end_us) = (Instant::now(), epoch_micros());
+        next.insert(index, (end, end_us));
+        match result {
+            Ok(samples) => {
+                let mono = end.saturating_duration_since(start);
+                let wall = Duration::from_micros(end_us.saturating_sub(since_us));
+                let stepped = end_us < since_us || mono.abs_diff(wall) > CLOCK_STEP;
+                if stepped {
+                    tracing::debug!(
+                        device = index,
+                        "system clock set; utilization window dropped"
+                    );
+                    continue;
+                }
+                let latest = end_us.saturating_add(CLOCK_STEP.as_micros() as u64);
+                let samples = samples
+                    .into_iter()
+                    .filter(|s| s.timestamp_us > since_us && s.timestamp_us <= latest)
+                    .collect();
+                readings.windows.push(UtilWindow {
+                    device: index,
+                    start,
+                    end,
+                    samples,
+                });
+            }
+            Err(Unread::Failed(e)) => {
+                tracing::debug!(device = index, "cannot read per-process utilization: {e}")
+            }
+            Err(unsupported) => {
+                readings.util_unread = Some(unsupported);
+                break;
+            }
+        }
+    }
+    (readings, next)
+}
