@@ -1,7 +1,7 @@
 //! One scan's readings from NVML: the process lists with their memory, and per device the
 //! per-process utilization samples of the window since the previous scan.
 
-use super::nvml::{NvmlDevices, ProcessLists, Unread};
+use super::nvml::{NvmlDevices, ProcessLists, Unread, UtilSample};
 use super::verify::UtilWindow;
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -51,29 +51,13 @@ pub(crate) fn read_nvml(
         let (end, end_us) = (Instant::now(), epoch_micros());
         next.insert(index, (end, end_us));
         match result {
-            Ok(samples) => {
-                let mono = end.saturating_duration_since(start);
-                let wall = Duration::from_micros(end_us.saturating_sub(since_us));
-                let stepped = end_us < since_us || mono.abs_diff(wall) > CLOCK_STEP;
-                if stepped {
-                    tracing::debug!(
-                        device = index,
-                        "system clock set; utilization window dropped"
-                    );
-                    continue;
-                }
-                let latest = end_us.saturating_add(CLOCK_STEP.as_micros() as u64);
-                let samples = samples
-                    .into_iter()
-                    .filter(|s| s.timestamp_us > since_us && s.timestamp_us <= latest)
-                    .collect();
-                readings.windows.push(UtilWindow {
-                    device: index,
-                    start,
-                    end,
-                    samples,
-                });
-            }
+            Ok(samples) => match window(index, (start, since_us), (end, end_us), samples) {
+                Some(w) => readings.windows.push(w),
+                None => tracing::debug!(
+                    device = index,
+                    "system clock set; utilization window dropped"
+                ),
+            },
             Err(Unread::Failed(e)) => {
                 tracing::debug!(device = index, "cannot read per-process utilization: {e}")
             }
@@ -84,4 +68,76 @@ pub(crate) fn read_nvml(
         }
     }
     (readings, next)
+}
+
+/// The window of device `index` from `from` to `to` (each on the monotonic clock and in
+/// microseconds since the epoch) with the samples stamped inside it; `None` when the system
+/// clock was set meanwhile (its time and the monotonic time differ by more than [`CLOCK_STEP`]).
+fn window(
+    index: u32,
+    (start, since_us): (Instant, u64),
+    (end, end_us): (Instant, u64),
+    samples: Vec<UtilSample>,
+) -> Option<UtilWindow> {
+    let mono = end.saturating_duration_since(start);
+    let wall = Duration::from_micros(end_us.saturating_sub(since_us));
+    if end_us < since_us || mono.abs_diff(wall) > CLOCK_STEP {
+        return None;
+    }
+    let latest = end_us.saturating_add(CLOCK_STEP.as_micros() as u64);
+    Some(UtilWindow {
+        device: index,
+        start,
+        end,
+        samples: samples
+            .into_iter()
+            .filter(|s| s.timestamp_us > since_us && s.timestamp_us <= latest)
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(pid: u32, timestamp_us: u64) -> UtilSample {
+        UtilSample {
+            pid,
+            sm_util: 50,
+            timestamp_us,
+        }
+    }
+
+    #[test]
+    fn a_window_keeps_the_samples_stamped_inside_it() {
+        let start = Instant::now();
+        let end = start + Duration::from_secs(2);
+        let since = 1_000_000_000;
+        let w = window(
+            0,
+            (start, since),
+            (end, since + 2_000_000),
+            vec![
+                sample(1, since), // the previous window's
+                sample(2, since + 1),
+                sample(3, since + 2_000_000),
+                sample(4, since + 3_000_000), // within the clock's slack
+                sample(5, since + 3_000_001), // from the future
+            ],
+        )
+        .unwrap();
+        let pids: Vec<u32> = w.samples.iter().map(|s| s.pid).collect();
+        assert_eq!(pids, vec![2, 3, 4]);
+        assert_eq!((w.start, w.end), (start, end));
+    }
+
+    #[test]
+    fn a_window_across_a_clock_step_is_dropped() {
+        let start = Instant::now();
+        let end = start + Duration::from_secs(2);
+        let since = 1_000_000_000;
+        assert!(window(0, (start, since), (end, since - 1), vec![]).is_none());
+        assert!(window(0, (start, since), (end, since + 5_000_000), vec![]).is_none());
+        assert!(window(0, (start, since), (end, since + 2_500_000), vec![]).is_some());
+    }
 }
