@@ -22,6 +22,16 @@ pub enum UnattachedPolicy {
     Kill,
 }
 
+/// How the daemon treats attached processes that NVML shows using the GPU beyond what their hook
+/// reported (`gpu.violations`): the same words as [`UnattachedPolicy`].
+pub type ViolationPolicy = UnattachedPolicy;
+
+/// Device memory NVML may show for an attached process beyond what its hook reserved, per device
+/// it has a context on, before that counts as a violation: the CUDA context, its module images,
+/// kernels' local memory and heaps, which the hook never sees (a few hundred MiB for a PyTorch
+/// process with CUDA 12's lazy module loading).
+pub const DEFAULT_CONTEXT_ALLOWANCE: u64 = 1 << 30;
+
 /// A client's share of GPU time and memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Share {
@@ -190,6 +200,11 @@ pub struct GpuConfig {
     pub mps_pipe_dir: PathBuf,
     pub mps_log_dir: PathBuf,
     pub unattached: UnattachedPolicy,
+    /// What to do about an attached process that uses more device memory than it reserved (plus
+    /// `context_allowance`), or keeps the GPU busy while it holds no lease.
+    pub violations: ViolationPolicy,
+    /// Device memory allowed per context beyond the reservations; `None`: memory is not checked.
+    pub context_allowance: Option<u64>,
     pub scan_interval: Duration,
     /// Most managed memory all oversubscribing clients together may hold, in bytes; `None`:
     /// three quarters of the host memory available when the daemon starts.
@@ -260,6 +275,8 @@ struct FileGpu {
     mps_pipe_dir: Option<PathBuf>,
     mps_log_dir: Option<PathBuf>,
     unattached: Option<UnattachedPolicy>,
+    violations: Option<ViolationPolicy>,
+    context_allowance: Option<MemoryValue>,
     scan_interval: Option<String>,
     managed_memory: Option<MemoryValue>,
 }
@@ -452,6 +469,14 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| "/var/log/gpushare/mps".into()),
             unattached: g.unattached.unwrap_or_default(),
+            violations: g.violations.unwrap_or_default(),
+            context_allowance: match &g.context_allowance {
+                None => Some(DEFAULT_CONTEXT_ALLOWANCE),
+                Some(MemoryValue::Bytes(b)) => Some(*b),
+                Some(MemoryValue::Text(t)) => {
+                    parse_bytes(t).map_err(|e| format!("gpu.context_allowance: {e}"))?
+                }
+            },
             scan_interval: duration(
                 &g.scan_interval,
                 Duration::from_secs(2),
@@ -607,6 +632,8 @@ mod tests {
         );
         assert!(!c.gpu.nvml && c.gpu.mps && c.gpu.set_compute_mode);
         assert_eq!(c.gpu.unattached, UnattachedPolicy::Kill);
+        assert_eq!(c.gpu.violations, ViolationPolicy::Warn, "the default");
+        assert_eq!(c.gpu.context_allowance, Some(DEFAULT_CONTEXT_ALLOWANCE));
         assert_eq!(c.gpu.mps_pipe_dir, PathBuf::from("/run/gpushare/mps"));
         assert_eq!(
             c.defaults,
@@ -760,6 +787,11 @@ mps_priority = "below-normal"
                 "mps_thread_percentage",
             ),
             ("[gpu]\nunattached = \"shrug\"\n", "unknown variant"),
+            ("[gpu]\nviolations = \"shrug\"\n", "unknown variant"),
+            (
+                "[gpu]\ncontext_allowance = \"lots\"\n",
+                "gpu.context_allowance",
+            ),
             ("[clients.a]\nmps_priority = \"high\"\n", "unknown variant"),
             ("[clients.a]\nresident = \"1GiB\"\n", "needs oversubscribe"),
             (
@@ -774,6 +806,35 @@ mps_priority = "below-normal"
             let e = Config::parse(text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn violation_policy_and_context_allowance() {
+        let c = Config::parse(
+            "[gpu]\nunattached = \"kill\"\nviolations = \"allow\"\ncontext_allowance = \"1.5GiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.gpu.unattached, UnattachedPolicy::Kill);
+        assert_eq!(c.gpu.violations, ViolationPolicy::Allow);
+        assert_eq!(c.gpu.context_allowance, Some(3 << 29));
+        let c = Config::parse("[gpu]\ncontext_allowance = 0\n").unwrap();
+        assert_eq!(
+            c.gpu.context_allowance,
+            Some(0),
+            "0 is no allowance, not unlimited"
+        );
+        let c = Config::parse("[gpu]\ncontext_allowance = \"unlimited\"\n").unwrap();
+        assert_eq!(c.gpu.context_allowance, None);
+    }
+
+    #[test]
+    fn the_shipped_example_parses_with_the_defaults_it_spells_out() {
+        let c = Config::parse(include_str!("../dist/gpushare.toml")).unwrap();
+        let defaults = Config::parse("").unwrap();
+        assert_eq!(c.gpu.unattached, defaults.gpu.unattached);
+        assert_eq!(c.gpu.violations, defaults.gpu.violations);
+        assert_eq!(c.gpu.context_allowance, defaults.gpu.context_allowance);
+        assert_eq!(c.gpu.scan_interval, defaults.gpu.scan_interval);
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The GPU side through the real `gpushared` binary (no D-Bus): fake libnvidia-ml.so.1 and fake
-//! nvidia-cuda-mps-control as in tests/gpu_manager.rs, a hook-less client speaking the wire
-//! protocol, and the daemon's log on stderr.
+//! The GPU side through the real `gpushared` binary: fake libnvidia-ml.so.1 and fake
+//! nvidia-cuda-mps-control as in tests/gpu_manager.rs, hook-less clients speaking the wire
+//! protocol (the test itself, or a relay process of tests/fakes/relay.c where the test needs an
+//! attached process it can see killed), and the daemon's log on stderr; D-Bus where a test says.
 #![cfg(feature = "daemon")]
 
 mod common;
@@ -10,28 +11,68 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 
 use std::time::{Duration, Instant};
 
 const FAKE_CONTROL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/fake-mps-control");
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+/// How long the violation tests wait for something the daemon does within a few scans (of
+/// 200 ms): generous, for a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 struct Daemon {
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
+/// How a test's gpushared differs from the plain one: MPS on, its own [gpu] keys, no D-Bus.
+#[derive(Default)]
+struct Setup<'a> {
+    /// TOML for the [daemon] table.
+    daemon: &'a str,
+    /// TOML appended to the [gpu] table.
+    gpu: &'a str,
+    /// Without MPS (the scan then checks attached processes' activity too).
+    no_mps: bool,
+    /// The bus to serve the D-Bus API on (an address), instead of none.
+    bus: Option<&'a str>,
+    /// The fake NVML of an older driver (tests/fakes/fake_nvml.c, -DOLD_DRIVER).
+    old_driver: bool,
+}
+
 impl Daemon {
     /// Starts gpushared with the fakes and `extra` appended to the [gpu] table.
     fn start(nvml_state: &str, gpu_extra: &str) -> Daemon {
+        Daemon::start_with(
+            nvml_state,
+            Setup {
+                gpu: gpu_extra,
+                ..Setup::default()
+            },
+        )
+    }
+
+    fn start_with(nvml_state: &str, setup: Setup) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
-        std::fs::copy(common::fake_nvml(), p.join("libnvidia-ml.so.1")).unwrap();
+        let nvml = if setup.old_driver {
+            common::fake_nvml_old_driver()
+        } else {
+            common::fake_nvml()
+        };
+        std::fs::copy(nvml, p.join("libnvidia-ml.so.1")).unwrap();
         std::fs::write(p.join("fake_nvml.state"), nvml_state).unwrap();
         let config = format!(
-            "[gpu]\nnvml_library = {lib:?}\nmps = true\nmps_control = {FAKE_CONTROL:?}\n\
+            "[daemon]\n{daemon}\n\
+             [gpu]\nnvml_library = {lib:?}\nmps = {mps}\nmps_control = {FAKE_CONTROL:?}\n\
              mps_pipe_dir = {pipe:?}\nmps_log_dir = {log:?}\nscan_interval = \"200ms\"\n{gpu_extra}\n\
              [clients.train]\nusers = [\"*\"]\nmps_thread_percentage = 30\n",
+            daemon = setup.daemon,
+            mps = !setup.no_mps,
+            gpu_extra = setup.gpu,
             lib = p.join("libnvidia-ml.so.1"),
             pipe = p.join("mps-pipe"),
             log = p.join("mps-log"),
@@ -43,7 +84,7 @@ impl Daemon {
             .arg(p.join("gpushare.toml"))
             .arg("--socket-dir")
             .arg(p.join("run"))
-            .args(["--bus", "none", "--log", "info"])
+            .args(["--bus", setup.bus.unwrap_or("none"), "--log", "info"])
             .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -90,16 +131,29 @@ impl Daemon {
         std::fs::rename(tmp, self.path("fake_nvml.state")).unwrap();
     }
 
-    fn wait_for(&self, what: &str, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(5);
+    fn wait_for(&self, what: &str, f: impl FnMut() -> bool) {
+        self.wait_within(Duration::from_secs(5), what, f)
+    }
+
+    fn wait_within(&self, within: Duration, what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + within;
         while !f() {
             assert!(
                 Instant::now() < deadline,
-                "no {what} within 5 s; daemon log:\n{}",
+                "no {what} within {within:?}; daemon log:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Runs the CLI against this daemon's bus.
+    fn cli(&self, bus: &str, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_gpushare"))
+            .args(args)
+            .env("GPUSHARE_BUS", bus)
+            .output()
+            .unwrap()
     }
 
     fn control_pid(&self) -> Option<i32> {
@@ -256,5 +310,401 @@ fn gpushared_kills_an_unattached_process_but_not_mps() {
     // The daemon logs right after its kill(2); the victim may be reaped first.
     let line = format!("killed process {}", victim.id());
     d.wait_for("the kill in the log", || d.log().contains(&line));
+    assert!(d.stop().success());
+}
+
+/// A process attached to the daemon on the test's behalf (tests/fakes/relay.c): the test speaks
+/// the protocol through it, and the daemon sees its pid.
+struct Attached {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    replies: std::sync::mpsc::Receiver<Reply>,
+}
+
+impl Attached {
+    fn new(socket: &Path, client: &str) -> Attached {
+        let mut child = Command::new(common::relay())
+            .arg(socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, replies) = std::sync::mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut header = [0u8; 4];
+            if stdout.read_exact(&mut header).is_err() {
+                return;
+            }
+            let mut payload = vec![0u8; gpushare::protocol::frame_len(header).unwrap()];
+            if stdout.read_exact(&mut payload).is_err()
+                || tx.send(Reply::decode(&payload).unwrap()).is_err()
+            {
+                return;
+            }
+        });
+        let mut a = Attached {
+            child,
+            stdin,
+            replies,
+        };
+        a.send(&Request::Hello {
+            version: gpushare::protocol::PROTOCOL_VERSION,
+            client: client.into(),
+            reserved: 0,
+        });
+        let welcome = a.reply();
+        assert!(matches!(welcome, Reply::Welcome { .. }), "{welcome:?}");
+        a
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn send(&mut self, r: &Request) {
+        self.stdin.write_all(&r.to_frame().unwrap()).unwrap();
+    }
+
+    fn reply(&self) -> Reply {
+        self.replies
+            .recv_timeout(PATIENCE)
+            .expect("a reply from the daemon")
+    }
+
+    fn reserve(&mut self, bytes: u64) {
+        self.send(&Request::Reserve { bytes });
+        let r = self.reply();
+        assert!(matches!(r, Reply::Reserved { .. }), "{r:?}");
+    }
+
+    /// Asks for a lease and waits for it.
+    fn lease(&mut self) {
+        self.send(&Request::Acquire);
+        let r = self.reply();
+        assert!(matches!(r, Reply::Grant { .. }), "{r:?}");
+    }
+
+    /// Waits for the process to end; its status.
+    fn wait(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {} still runs",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn uid() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
+/// The start of the log line about a violation by `p`, as `gpu.violations = "warn"` writes it.
+fn violation_line(p: &Attached) -> String {
+    format!(
+        "process {} (uid {}, client train) uses GPU 0 around the hook: ",
+        p.pid(),
+        uid()
+    )
+}
+
+#[test]
+fn an_attached_process_over_its_reservation_and_allowance_is_reported_once() {
+    let mut d = Daemon::start("count 1\n", "violations = \"warn\"");
+    let mut over = Attached::new(&d.socket(), "train");
+    let mut within = Attached::new(&d.socket(), "train");
+    over.reserve(GIB);
+    within.reserve(GIB);
+    // The default allowance is 1 GiB a context: 2 GiB is within, 2.5 GiB is not.
+    d.write_nvml_state(&format!(
+        "count 1\nmode 0 3\nproc 0 {} {}\nproc 0 {} {}\n",
+        over.pid(),
+        2 * GIB + 512 * MIB,
+        within.pid(),
+        2 * GIB
+    ));
+    let line = format!(
+        "{}NVML counts 2.5GiB of device memory for it, more than the 1GiB it reserved through \
+         the hook plus 1GiB allowed for its contexts",
+        violation_line(&over)
+    );
+    d.wait_within(PATIENCE, "the violation in the log", || {
+        d.log().contains(&line)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let log = d.log();
+    assert_eq!(
+        log.matches(&violation_line(&over)).count(),
+        1,
+        "once: {log}"
+    );
+    assert!(
+        !log.contains(&format!("process {} ", within.pid())),
+        "within its reservation and allowance, yet reported:\n{log}"
+    );
+    assert!(alive(over.pid() as i32), "warn does not kill");
+    assert!(d.stop().success());
+}
+
+#[test]
+fn violations_kill_kills_an_attached_process_over_its_reservation() {
+    let mut d = Daemon::start(
+        "count 1\n",
+        "violations = \"kill\"\ncontext_allowance = \"256MiB\"",
+    );
+    let mut victim = Attached::new(&d.socket(), "train");
+    let mut fine = Attached::new(&d.socket(), "train");
+    victim.reserve(GIB);
+    fine.reserve(GIB);
+    d.write_nvml_state(&format!(
+        "count 1\nmode 0 3\nproc 0 {} {}\nproc 0 {} {}\n",
+        victim.pid(),
+        GIB + 257 * MIB,
+        fine.pid(),
+        GIB + 256 * MIB
+    ));
+    let status = victim.wait(PATIENCE);
+    assert_eq!(status.signal(), Some(9), "{status:?}\n{}", d.log());
+    let line = format!(
+        "killed process {} (uid {}, client train): it used GPU 0 around the hook: NVML counts \
+         1.3GiB of device memory for it, more than the 1GiB it reserved through the hook plus \
+         256MiB allowed",
+        victim.pid(),
+        uid()
+    );
+    d.wait_within(PATIENCE, "the kill in the log", || d.log().contains(&line));
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(alive(fine.pid() as i32), "within its limit:\n{}", d.log());
+    assert!(d.stop().success());
+}
+
+#[test]
+fn activity_without_a_lease_is_reported_and_a_lease_holders_is_not() {
+    // Without MPS, where activity is checked; leases of a minute, so the holder keeps its lease.
+    let mut d = Daemon::start_with(
+        "count 1\n",
+        Setup {
+            daemon: "quantum = \"60s\"",
+            no_mps: true,
+            ..Setup::default()
+        },
+    );
+    let mut released = Attached::new(&d.socket(), "train");
+    let mut holder = Attached::new(&d.socket(), "train");
+    let idle = Attached::new(&d.socket(), "train");
+    released.lease();
+    released.send(&Request::Release { busy_ns: 0 });
+    let released_at = Instant::now();
+    holder.lease();
+    let mut state = String::from("count 1\n");
+    for p in [&released, &holder, &idle] {
+        state += &format!("proc 0 {pid} {MIB}\nutil 0 {pid} 90\n", pid = p.pid());
+    }
+    d.write_nvml_state(&state);
+
+    let line = format!(
+        "{}its work kept the GPU's SMs 90% busy while it held no lease (it never had one)",
+        violation_line(&idle)
+    );
+    d.wait_within(PATIENCE, "the idle process's activity in the log", || {
+        d.log().contains(&line)
+    });
+    // A process whose lease ended less than the slack (2 s) before a window is not judged by
+    // it; afterwards it is.
+    d.wait_within(
+        PATIENCE,
+        "the released process's activity in the log",
+        || d.log().contains(&violation_line(&released)),
+    );
+    assert!(
+        released_at.elapsed() >= Duration::from_secs(2),
+        "reported {:?} after its lease ended:\n{}",
+        released_at.elapsed(),
+        d.log()
+    );
+    assert!(d
+        .log()
+        .contains("while it held no lease (its last lease ended"));
+    std::thread::sleep(Duration::from_secs(1));
+    let log = d.log();
+    assert!(
+        !log.contains(&format!("process {} ", holder.pid())),
+        "the lease holder was reported:\n{log}"
+    );
+    assert_eq!(log.matches(&violation_line(&idle)).count(), 1, "{log}");
+    assert!(d.stop().success());
+}
+
+#[test]
+fn an_older_driver_leaves_activity_unchecked_and_memory_checked() {
+    let mut d = Daemon::start_with(
+        "count 1\n",
+        Setup {
+            no_mps: true,
+            old_driver: true,
+            ..Setup::default()
+        },
+    );
+    let busy = Attached::new(&d.socket(), "train");
+    let big = Attached::new(&d.socket(), "train");
+    d.write_nvml_state(&format!(
+        "count 1\nproc 0 {busy} {MIB}\nutil 0 {busy} 90\nproc 0 {big} {}\n",
+        3 * GIB,
+        busy = busy.pid(),
+        big = big.pid(),
+    ));
+    d.wait_within(PATIENCE, "the memory violation in the log", || {
+        d.log().contains(&violation_line(&big))
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let log = d.log();
+    assert!(!log.contains(&violation_line(&busy)), "{log}");
+    assert_eq!(
+        log.matches("NVML gives no per-process utilization here")
+            .count(),
+        1,
+        "said once: {log}"
+    );
+    assert_eq!(
+        log.matches("NVML gives no list of graphics processes here")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(d.stop().success());
+}
+
+/// The arguments of each `signal` of org.gpushare1.Manager on the bus at `address`, from the
+/// moment this returns.
+fn subscribe(
+    address: &str,
+    signal: &'static str,
+) -> std::sync::mpsc::Receiver<zbus::message::Message> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let address = address.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let conn = zbus::connection::Builder::address(address.as_str())
+                .unwrap()
+                .build()
+                .await
+                .unwrap();
+            let proxy = zbus::Proxy::new(
+                &conn,
+                "org.gpushare1",
+                "/org/gpushare1",
+                "org.gpushare1.Manager",
+            )
+            .await
+            .unwrap();
+            let mut stream = proxy.receive_signal(signal).await.unwrap();
+            ready_tx.send(()).unwrap();
+            use zbus::export::futures_core::Stream;
+            while let Some(msg) =
+                std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await
+            {
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
+        });
+    });
+    ready
+        .recv_timeout(PATIENCE)
+        .expect("subscribed to the signal");
+    rx
+}
+
+#[test]
+fn a_violation_is_signalled_on_dbus_and_shown_by_gpushare_status() {
+    let bus = common::TestBus::start();
+    let mut d = Daemon::start_with(
+        "count 1\n",
+        Setup {
+            bus: Some(&bus.address),
+            ..Setup::default()
+        },
+    );
+    d.wait_within(PATIENCE, "the daemon on the bus", || {
+        d.cli(&bus.address, &["clients"]).status.success()
+    });
+    let signals = subscribe(&bus.address, "ProcessViolation");
+    let mut p = Attached::new(&d.socket(), "train");
+    p.reserve(GIB);
+    d.write_nvml_state(&format!(
+        "count 1\nmode 0 3\nproc 0 {} {}\n",
+        p.pid(),
+        3 * GIB
+    ));
+
+    let msg = signals
+        .recv_timeout(PATIENCE)
+        .unwrap_or_else(|_| panic!("no ProcessViolation signal; log:\n{}", d.log()));
+    let args: (u32, u32, u32, String, String, u64, u64, String) = msg.body().deserialize().unwrap();
+    assert_eq!(
+        args,
+        (
+            0,
+            p.pid(),
+            uid(),
+            "train".into(),
+            "memory".into(),
+            3 * GIB,
+            2 * GIB,
+            "warned".into()
+        )
+    );
+
+    let out = d.cli(&bus.address, &["status"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&p.pid().to_string()))
+        .unwrap_or_else(|| panic!("no row for pid {} in:\n{text}", p.pid()));
+    for word in ["train", "memory", "3GiB", "warned"] {
+        assert!(row.contains(word), "{word:?} missing from {row:?}");
+    }
+    let out = d.cli(&bus.address, &["--json", "status"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let flagged = v["flagged"].as_array().expect("flagged in status --json");
+    assert_eq!(flagged.len(), 1, "{v}");
+    assert_eq!(flagged[0]["pid"], p.pid());
+    assert_eq!(flagged[0]["kind"], "memory");
+    assert_eq!(flagged[0]["measured"], 3 * GIB);
+    assert_eq!(flagged[0]["allowed"], 2 * GIB);
+    assert_eq!(flagged[0]["action"], "warned");
+
+    // Once the process leaves the GPU, it is no longer listed.
+    d.write_nvml_state("count 1\nmode 0 3\n");
+    d.wait_within(PATIENCE, "the flagged list to empty", || {
+        let out = d.cli(&bus.address, &["--json", "status"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["flagged"].as_array().is_some_and(|a| a.is_empty())
+    });
     assert!(d.stop().success());
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use gpushare::config::{GpuConfig, UnattachedPolicy};
-use gpushare::gpu::{GpuEvent, GpuManager, GpuOptions, MpsTiming};
+use gpushare::gpu::{AttachedProcess, GpuEvent, GpuManager, GpuOptions, MpsTiming};
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -84,6 +84,8 @@ impl Rig {
             mps_pipe_dir: self.pipe_dir(),
             mps_log_dir: self.path("mps-log"),
             unattached: UnattachedPolicy::Allow,
+            violations: UnattachedPolicy::Allow,
+            context_allowance: Some(1 << 30),
             scan_interval: Duration::from_millis(100),
             managed_memory: None,
         }
@@ -104,7 +106,10 @@ impl Rig {
         };
         GpuManager::start_with(
             cfg,
-            Arc::new(move || attached.lock().unwrap().clone()),
+            Arc::new(move || {
+                let pids = attached.lock().unwrap();
+                pids.iter().map(|&pid| AttachedProcess::pid(pid)).collect()
+            }),
             self.tx.clone(),
             options,
         )

@@ -33,7 +33,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the daemon, its devices and its clients.
+    /// Show the daemon, its devices, the GPU processes its scan flagged (not attached, or using
+    /// the GPU around the hook) and its clients.
     Status,
     /// List clients with their shares and live usage.
     Clients,
@@ -133,6 +134,7 @@ pub trait Manager {
     fn set_interactive(&self, name: &str, interactive: bool) -> zbus::Result<()>;
     fn list_clients(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
     fn list_devices(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
+    fn list_flagged_processes(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
     fn reload(&self) -> zbus::Result<()>;
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;
@@ -227,14 +229,19 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             let attached = m.attached_processes().await?;
             let devices = m.list_devices().await?;
             let clients = m.list_clients().await?;
+            // A daemon from before ListFlaggedProcesses has none to show.
+            let flagged = m.list_flagged_processes().await.unwrap_or_default();
             output::status(
                 cli.json,
-                &version,
-                &config_path,
-                &config_error,
-                attached,
-                &devices,
-                &clients,
+                &output::Status {
+                    version: &version,
+                    config_path: &config_path,
+                    config_error: &config_error,
+                    attached,
+                    devices: &devices,
+                    flagged: &flagged,
+                    clients: &clients,
+                },
             );
         }
         Command::Clients => output::clients(cli.json, &m.list_clients().await?),

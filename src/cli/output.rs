@@ -126,37 +126,85 @@ pub fn clients(as_json: bool, clients: &[Dict]) {
     );
 }
 
-pub fn status(
-    as_json: bool,
-    version: &str,
-    config_path: &str,
-    config_error: &str,
-    attached: u32,
-    devices: &[Dict],
-    clients_: &[Dict],
-) {
+/// What `gpushare status` shows.
+pub struct Status<'a> {
+    pub version: &'a str,
+    pub config_path: &'a str,
+    pub config_error: &'a str,
+    pub attached: u32,
+    pub devices: &'a [Dict],
+    /// Processes the daemon's GPU scan reported and that are still at it.
+    pub flagged: &'a [Dict],
+    pub clients: &'a [Dict],
+}
+
+/// The figures of a flagged process, short: "3GiB > 2GiB", "90% SM without a lease".
+fn flagged_figures(f: &Dict) -> String {
+    let measured = get::<u64>(f, "measured").unwrap_or(0);
+    match text(f, "kind").as_str() {
+        "memory" => format!(
+            "{} > {}",
+            format_bytes(Some(measured)),
+            format_bytes(get::<u64>(f, "allowed"))
+        ),
+        "activity" => format!("{measured}% SM without a lease"),
+        _ => "not attached through the hook".into(),
+    }
+}
+
+fn flagged_rows(flagged: &[Dict]) -> Vec<Vec<String>> {
+    flagged
+        .iter()
+        .map(|f| {
+            let uid = match get::<u32>(f, "uid") {
+                Some(u32::MAX) | None => "-".into(),
+                Some(uid) => uid.to_string(),
+            };
+            let client = match text(f, "client") {
+                c if c.is_empty() => "-".into(),
+                c => c,
+            };
+            vec![
+                text(f, "pid"),
+                uid,
+                client,
+                text(f, "device"),
+                text(f, "kind"),
+                flagged_figures(f),
+                text(f, "action"),
+            ]
+        })
+        .collect()
+}
+
+pub fn status(as_json: bool, s: &Status<'_>) {
     if as_json {
         let v = serde_json::json!({
-            "version": version,
-            "config_path": config_path,
-            "config_error": config_error,
-            "attached_processes": attached,
-            "devices": devices.iter().map(dict_json).collect::<Vec<_>>(),
-            "clients": clients_.iter().map(dict_json).collect::<Vec<_>>(),
+            "version": s.version,
+            "config_path": s.config_path,
+            "config_error": s.config_error,
+            "attached_processes": s.attached,
+            "devices": s.devices.iter().map(dict_json).collect::<Vec<_>>(),
+            "flagged": s.flagged.iter().map(dict_json).collect::<Vec<_>>(),
+            "clients": s.clients.iter().map(dict_json).collect::<Vec<_>>(),
         });
         println!("{v}");
         return;
     }
-    println!("gpushared {version}, config {config_path}");
-    if !config_error.is_empty() {
-        println!("config error (running the previous config): {config_error}");
+    println!("gpushared {}, config {}", s.version, s.config_path);
+    if !s.config_error.is_empty() {
+        println!(
+            "config error (running the previous config): {}",
+            s.config_error
+        );
     }
-    println!("{attached} processes attached");
+    println!("{} processes attached", s.attached);
     println!();
-    if devices.is_empty() {
+    if s.devices.is_empty() {
         println!("no devices managed (NVML off or not available)");
     } else {
-        let rows = devices
+        let rows = s
+            .devices
             .iter()
             .map(|d| {
                 vec![
@@ -174,6 +222,14 @@ pub fn status(
             .collect();
         table(&["GPU", "NAME", "COMPUTE MODE", "MPS", "MEMORY"], rows);
     }
+    if !s.flagged.is_empty() {
+        println!();
+        println!("GPU processes flagged by the scan:");
+        table(
+            &["PID", "UID", "CLIENT", "GPU", "KIND", "SEEN", "ACTION"],
+            flagged_rows(s.flagged),
+        );
+    }
     println!();
-    clients(false, clients_);
+    clients(false, s.clients);
 }

@@ -2,6 +2,10 @@
 //! Reads are open to everyone; writes need root, a group in `admin_groups`, or the polkit action
 //! `org.gpushare1.manage`.
 
+// RegisterClient and ProcessViolation carry many arguments, as D-Bus methods and signals do
+// (zbus generates functions from them that an attribute on the method cannot reach).
+#![allow(clippy::too_many_arguments)]
+
 use super::identity::Identity;
 use super::state::{ClientReport, Event, State, StateError};
 use crate::config::{Access, ClientSpec, MemoryMode, MpsShare, Share};
@@ -41,12 +45,16 @@ impl From<StateError> for Error {
 /// What the manager object reads devices from (the GPU side fills this in).
 pub type DeviceLister = Arc<dyn Fn() -> Vec<HashMap<String, OwnedValue>> + Send + Sync>;
 
+/// What the manager object reads flagged processes from (the GPU side's scan fills this in).
+pub type FlaggedLister = Arc<dyn Fn() -> Vec<HashMap<String, OwnedValue>> + Send + Sync>;
+
 pub struct Manager {
     pub state: Arc<Mutex<State>>,
     pub wake: Arc<Notify>,
     /// Whether polkit on the system bus may be asked about callers.
     pub use_polkit: bool,
     pub devices: DeviceLister,
+    pub flagged: FlaggedLister,
     /// Reloads the config file (the same path SIGHUP takes).
     pub reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
@@ -176,7 +184,6 @@ async fn polkit_allows(conn: &zbus::Connection, sender: &str) -> bool {
 impl Manager {
     /// Adds a client at run time. `memory` is a cap in bytes (0 = unlimited); `users` and `groups`
     /// say who may attach as it ("*" in users: everyone).
-    #[allow(clippy::too_many_arguments)]
     async fn register_client(
         &self,
         #[zbus(header)] header: Header<'_>,
@@ -316,6 +323,17 @@ impl Manager {
             .unwrap_or_default()
     }
 
+    /// The GPU processes the last scan reported that are still at it: `kind` "unattached" (not
+    /// attached through the hook), "memory" (an attached process NVML counts more device memory
+    /// for than it reserved plus the context allowance: `measured` and `allowed` bytes) or
+    /// "activity" (an attached process busy on the GPU while it held no lease: `measured` SM
+    /// percent); with `device`, `pid`, `uid` (4294967295 when it could not be read), `client`
+    /// (empty for "unattached"), `details` (the figures in words), `action` ("warned",
+    /// "killed") and `since` (seconds since the epoch).
+    async fn list_flagged_processes(&self) -> Vec<HashMap<String, OwnedValue>> {
+        (self.flagged)()
+    }
+
     /// Reads the config file again; a broken file is reported and the running config kept.
     async fn reload(
         &self,
@@ -385,6 +403,24 @@ impl Manager {
         emitter: &SignalEmitter<'_>,
         device: u32,
         pid: u32,
+        action: &str,
+    ) -> zbus::Result<()>;
+
+    /// An attached process uses the GPU beyond what its hook reported: `kind` "memory" (NVML
+    /// counts `measured` bytes of device memory for it, more than `allowed`: what it reserved
+    /// plus the context allowance) or "activity" (its work kept the SMs `measured` percent busy
+    /// while it held no lease; `allowed` 0); `action` is what was done about it: "warned" or
+    /// "killed". Reported once per episode; ListFlaggedProcesses lists those still at it.
+    #[zbus(signal)]
+    pub async fn process_violation(
+        emitter: &SignalEmitter<'_>,
+        device: u32,
+        pid: u32,
+        uid: u32,
+        client: &str,
+        kind: &str,
+        measured: u64,
+        allowed: u64,
         action: &str,
     ) -> zbus::Result<()>;
 

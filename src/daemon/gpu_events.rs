@@ -1,10 +1,10 @@
-//! What the GPU side reports (MPS state, processes that bypass the hook) goes out as D-Bus
-//! signals; the GPU side has logged it already.
+//! What the GPU side reports (MPS state, processes that bypass the hook, attached processes that
+//! use the GPU beyond what their hook reported) goes out as D-Bus signals; the GPU side has
+//! logged it already.
 
 use super::dbus_api::{value, Manager, OBJECT_PATH};
 use super::state::State;
-use crate::config::UnattachedPolicy;
-use crate::gpu::{DeviceInfo, GpuEvent, MpsStatus};
+use crate::gpu::{action_word, DeviceInfo, FlaggedProcess, GpuEvent, MpsStatus};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -37,16 +37,36 @@ pub async fn report(
                 device,
                 pid,
                 action,
-            } => {
-                let action = match action {
-                    UnattachedPolicy::Kill => "killed",
-                    _ => "warned",
-                };
-                match &emitter {
-                    Some(e) => Manager::unattached_process(e, *device, *pid, action).await,
-                    None => Ok(()),
+            } => match &emitter {
+                Some(e) => {
+                    Manager::unattached_process(e, *device, *pid, action_word(*action)).await
                 }
-            }
+                None => Ok(()),
+            },
+            GpuEvent::Violation {
+                device,
+                pid,
+                uid,
+                client,
+                violation,
+                action,
+            } => match &emitter {
+                Some(e) => {
+                    Manager::process_violation(
+                        e,
+                        *device,
+                        *pid,
+                        *uid,
+                        client,
+                        violation.kind(),
+                        violation.measured(),
+                        violation.allowed(),
+                        action_word(*action),
+                    )
+                    .await
+                }
+                None => Ok(()),
+            },
         };
         if let Err(e) = sent {
             tracing::debug!("could not signal {event:?}: {e}");
@@ -63,6 +83,23 @@ async fn signal_mps(
         Some(e) => Manager::mps_state_changed(e, state, message).await,
         None => Ok(()),
     }
+}
+
+/// A flagged process as a D-Bus dictionary.
+pub fn flagged_dict(f: &FlaggedProcess) -> HashMap<String, OwnedValue> {
+    let mut m = HashMap::new();
+    m.insert("device".into(), value(f.device));
+    m.insert("pid".into(), value(f.pid));
+    // u32::MAX: the process was gone before its uid could be read
+    m.insert("uid".into(), value(f.uid.unwrap_or(u32::MAX)));
+    m.insert("client".into(), value(f.client.as_str()));
+    m.insert("kind".into(), value(f.kind));
+    m.insert("measured".into(), value(f.measured));
+    m.insert("allowed".into(), value(f.allowed));
+    m.insert("details".into(), value(f.details.as_str()));
+    m.insert("action".into(), value(f.action));
+    m.insert("since".into(), value(f.since));
+    m
 }
 
 /// A device as a D-Bus dictionary, with the daemon's MPS state.

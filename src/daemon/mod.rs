@@ -74,15 +74,13 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     };
 
     let (gpu_tx, gpu_rx) = tokio::sync::mpsc::unbounded_channel();
-    let attached_pids: crate::gpu::AttachedPids = {
+    let attached: crate::gpu::AttachedProcesses = {
         let state = state.clone();
         Arc::new(move || {
             state
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .attached_pids()
-                .into_iter()
-                .collect()
+                .attached_processes()
         })
     };
     let gpu_config = state
@@ -91,7 +89,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         .config
         .gpu
         .clone();
-    let gpu = GpuManager::start(&gpu_config, attached_pids, gpu_tx)
+    let gpu = GpuManager::start(&gpu_config, attached, gpu_tx)
         .await
         .context("cannot take over the GPU")?;
     state.lock().unwrap_or_else(|p| p.into_inner()).mps_pipe_dir = gpu.mps_pipe_dir();
@@ -107,6 +105,11 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         })
     };
 
+    let flagged: dbus_api::FlaggedLister = {
+        let read = gpu.flagged_reader();
+        Arc::new(move || read().iter().map(gpu_events::flagged_dict).collect())
+    };
+
     let bus = match &args.bus {
         BusChoice::None => None,
         choice => {
@@ -115,6 +118,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 wake: wake.clone(),
                 use_polkit: matches!(choice, BusChoice::System),
                 devices,
+                flagged,
                 reload: reload.clone(),
             };
             let connect = choice

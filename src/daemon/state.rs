@@ -7,6 +7,7 @@ use super::identity::Identity;
 use crate::config::{
     check_client_name, check_request_sum, Access, ClientSpec, Config, MemoryMode, MpsShare, Share,
 };
+use crate::gpu::AttachedProcess;
 use crate::protocol::{
     ErrorCode, Reply, GRANT_SHARED, MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP,
     SCHED_INTERACTIVE,
@@ -497,8 +498,21 @@ impl State {
         self.sched.next_wakeup(now)
     }
 
-    pub fn attached_pids(&self) -> BTreeSet<u32> {
-        self.sessions.values().map(|s| s.pid).collect()
+    /// Each attached process with what its sessions reserved and when one last held a lease.
+    pub fn attached_processes(&self) -> Vec<AttachedProcess> {
+        let now = self.now();
+        let mut by_pid: BTreeMap<u32, AttachedProcess> = BTreeMap::new();
+        for (&id, s) in &self.sessions {
+            let p = by_pid.entry(s.pid).or_insert_with(|| AttachedProcess {
+                uid: s.uid,
+                client: s.client.clone(),
+                ..AttachedProcess::pid(s.pid)
+            });
+            p.reserved = p.reserved.saturating_add(s.reserved);
+            let held = self.sched.last_held(id, now).map(|t| self.instant_at(t));
+            p.last_held = p.last_held.max(held);
+        }
+        by_pid.into_values().collect()
     }
 
     pub fn session_count(&self) -> usize {

@@ -1,23 +1,33 @@
 //! The GPU side of the daemon: NVML (inventory, compute mode, process list), the supervised MPS
-//! control daemon, and the scan for GPU processes that bypass the hook.
+//! control daemon, and the scan for GPU processes that bypass the hook or do more on the GPU
+//! than their hook reports.
 //!
 //! NVML calls block, so they run on tokio's blocking pool; the `Nvml` handle is shared in an `Arc`.
 //! With `gpu.nvml = false` nothing touches NVML: [`GpuManager::devices`] is empty and the scan sees
 //! only MPS clients.
 
+mod attached;
+mod enforce;
+mod flagged;
 mod mps;
 mod nvml;
+mod readings;
+mod scan;
 mod unattached;
+mod verify;
 
+pub use attached::{AttachedProcess, AttachedProcesses};
+pub use enforce::action_word;
+pub use flagged::FlaggedProcess;
 pub use mps::{MpsTiming, CONTROL_LOG};
 pub use nvml::compute_mode_name;
-pub use unattached::AttachedPids;
+pub use verify::Violation;
 
 use crate::config::{GpuConfig, UnattachedPolicy};
 use anyhow::Context;
+use flagged::FlaggedList;
 use mps::{MpsEnv, MpsSupervisor};
 use nvml::NvmlDevices;
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +90,16 @@ pub enum GpuEvent {
         pid: u32,
         action: UnattachedPolicy,
     },
+    /// An attached process uses the GPU beyond what its hook reported. `action` as for
+    /// `Unattached`, by the `violations` policy.
+    Violation {
+        device: u32,
+        pid: u32,
+        uid: u32,
+        client: String,
+        violation: Violation,
+        action: UnattachedPolicy,
+    },
 }
 
 /// Timing knobs that are not in the config file; tests shorten them.
@@ -99,6 +119,8 @@ pub struct GpuManager {
     record: Option<PathBuf>,
     /// Why NVML is not used although `gpu.nvml` asks for it.
     nvml_error: Option<String>,
+    /// The processes the scan reported that are still at it.
+    flagged: FlaggedList,
 }
 
 impl GpuManager {
@@ -106,18 +128,20 @@ impl GpuManager {
     /// and goes on without it) and records the compute mode of each device in `cfg.devices`
     /// (empty = all; a missing device is an error); with `cfg.set_compute_mode` and `cfg.mps` sets
     /// them to EXCLUSIVE_PROCESS; starts and supervises the MPS control daemon when `cfg.mps`;
-    /// scans for unattached GPU processes every `cfg.scan_interval` unless the policy is `allow`.
+    /// scans every `cfg.scan_interval` for unattached GPU processes (unless `cfg.unattached` is
+    /// `allow`) and for attached ones that do more than their hook reports (unless
+    /// `cfg.violations` is `allow`).
     pub async fn start(
         cfg: &GpuConfig,
-        attached_pids: AttachedPids,
+        attached: AttachedProcesses,
         events: mpsc::UnboundedSender<GpuEvent>,
     ) -> anyhow::Result<GpuManager> {
-        Self::start_with(cfg, attached_pids, events, GpuOptions::default()).await
+        Self::start_with(cfg, attached, events, GpuOptions::default()).await
     }
 
     pub async fn start_with(
         cfg: &GpuConfig,
-        attached_pids: AttachedPids,
+        attached: AttachedProcesses,
         events: mpsc::UnboundedSender<GpuEvent>,
         options: GpuOptions,
     ) -> anyhow::Result<GpuManager> {
@@ -165,8 +189,8 @@ impl GpuManager {
                 Err(e) => {
                     let e = format!("{e:#}");
                     tracing::error!(
-                        "{e}; running without NVML: no device list, compute mode or process scan \
-                         (set gpu.nvml = false to silence this)"
+                        "{e}; running without NVML: no device list, compute mode, process scan or \
+                         checks of attached processes (set gpu.nvml = false to silence this)"
                     );
                     nvml_error = Some(e);
                     None
@@ -217,12 +241,19 @@ impl GpuManager {
             }
         }
 
-        let scanner = (cfg.unattached != UnattachedPolicy::Allow).then(|| {
-            let scanner = unattached::Scanner {
+        let flagged = FlaggedList::default();
+        // Attached processes are checked against NVML's readings only.
+        let verifying = cfg.violations != UnattachedPolicy::Allow;
+        let scanning = cfg.unattached != UnattachedPolicy::Allow || (verifying && nvml.is_some());
+        let scanner = scanning.then(|| {
+            let scanner = scan::Scanner {
                 nvml: nvml.clone(),
                 mps: mps.as_ref().map(MpsSupervisor::handle),
-                attached: attached_pids,
-                policy: cfg.unattached,
+                attached,
+                unattached: cfg.unattached,
+                violations: cfg.violations,
+                context_allowance: cfg.context_allowance,
+                check_activity: !cfg.mps,
                 interval: cfg.scan_interval,
                 mps_device: nvml
                     .as_ref()
@@ -231,6 +262,7 @@ impl GpuManager {
                     .unwrap_or(0),
                 mps_list_every: options.mps_list_every.unwrap_or(Duration::from_secs(30)),
                 events,
+                flagged: flagged.clone(),
             };
             tokio::spawn(scanner.run())
         });
@@ -242,6 +274,7 @@ impl GpuManager {
             scanner,
             record,
             nvml_error,
+            flagged,
         })
     }
 
@@ -273,6 +306,14 @@ impl GpuManager {
     pub fn device_reader(&self) -> Arc<dyn Fn() -> Vec<DeviceInfo> + Send + Sync> {
         let nvml = self.nvml.clone();
         Arc::new(move || nvml.as_ref().map(|n| n.snapshot()).unwrap_or_default())
+    }
+
+    /// The processes the last scan reported and that are still at it (unattached, or attached
+    /// and using the GPU beyond what their hook reported), as a reader that outlives borrows of
+    /// the manager.
+    pub fn flagged_reader(&self) -> Arc<dyn Fn() -> Vec<FlaggedProcess> + Send + Sync> {
+        let flagged = self.flagged.clone();
+        Arc::new(move || flagged.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 
     /// A reader of [`mps_status`](Self::mps_status) that outlives borrows of the manager.
@@ -351,7 +392,7 @@ fn mps_status(handle: Option<&mps::MpsHandle>, pipe_dir: Option<&std::path::Path
     }
 }
 
-/// The attached-pid source for a daemon that has none (tests, `gpushared` without clients).
-pub fn no_attached_pids() -> AttachedPids {
-    Arc::new(HashSet::new)
+/// The attached-process source for a daemon that has none (tests, `gpushared` without clients).
+pub fn no_attached_processes() -> AttachedProcesses {
+    Arc::new(Vec::new)
 }

@@ -1,4 +1,5 @@
-//! NVML: device inventory, compute mode and the processes that hold a compute context.
+//! NVML: device inventory, compute mode, the processes that hold a context on a device, their
+//! memory and their per-process utilization.
 //!
 //! Every function here blocks on the driver; async code calls them through `spawn_blocking`.
 
@@ -6,6 +7,8 @@ use super::{DeviceInfo, GpuProcess};
 use anyhow::{bail, Context};
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::Nvml;
 use std::path::Path;
 use std::sync::Mutex;
@@ -45,6 +48,62 @@ pub fn compute_mode_name(mode: &ComputeMode) -> &'static str {
         ComputeMode::ExclusiveThread => "Exclusive_Thread",
         ComputeMode::Prohibited => "Prohibited",
         ComputeMode::ExclusiveProcess => "Exclusive_Process",
+    }
+}
+
+/// A process's device memory as one of NVML's process lists reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessMemory {
+    pub device: u32,
+    pub pid: u32,
+    /// `None` where NVML cannot tell (some drivers under MPS, or without permission).
+    pub used: Option<u64>,
+}
+
+fn memory_of(device: u32, p: &ProcessInfo) -> ProcessMemory {
+    ProcessMemory {
+        device,
+        pid: p.pid,
+        used: match p.used_gpu_memory {
+            UsedGpuMemory::Used(bytes) => Some(bytes),
+            UsedGpuMemory::Unavailable => None,
+        },
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ProcessLists {
+    pub compute: Vec<ProcessMemory>,
+    pub graphics: Vec<ProcessMemory>,
+    /// Why the graphics list could not be read (then it is empty).
+    pub graphics_unread: Option<Unread>,
+}
+
+/// One process's SM utilization on a device, in percent, over the samples asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UtilSample {
+    pub pid: u32,
+    pub sm_util: u32,
+    /// The newest sample's time, in microseconds since the epoch.
+    pub timestamp_us: u64,
+}
+
+/// Why NVML gave no reading: the driver lacks the function or the device does not support it
+/// (it will not change; the check is off), or this call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unread {
+    Unsupported(String),
+    Failed(String),
+}
+
+impl From<NvmlError> for Unread {
+    fn from(e: NvmlError) -> Self {
+        match e {
+            NvmlError::FailedToLoadSymbol(_)
+            | NvmlError::FunctionNotFound
+            | NvmlError::NotSupported => Unread::Unsupported(e.to_string()),
+            e => Unread::Failed(e.to_string()),
+        }
     }
 }
 
@@ -221,20 +280,58 @@ impl NvmlDevices {
         }
     }
 
-    /// The (device index, pid) of every process with a compute context on a managed device.
-    pub fn processes(&self) -> Vec<(u32, u32)> {
-        let mut all = Vec::new();
+    /// Every process with a compute context on a managed device, with its memory; and, when
+    /// `graphics`, those with a graphics context (a process with both is in both lists).
+    pub fn process_lists(&self, graphics: bool) -> ProcessLists {
+        let mut lists = ProcessLists::default();
         for d in &self.devices {
-            match self
-                .nvml
-                .device_by_index(d.index)
-                .and_then(|device| device.running_compute_processes())
-            {
-                Ok(list) => all.extend(list.into_iter().map(|p| (d.index, p.pid))),
+            let device = match self.nvml.device_by_index(d.index) {
+                Ok(device) => device,
+                Err(e) => {
+                    tracing::debug!(device = d.index, "cannot open the device: {e}");
+                    continue;
+                }
+            };
+            match device.running_compute_processes() {
+                Ok(list) => lists
+                    .compute
+                    .extend(list.iter().map(|p| memory_of(d.index, p))),
                 Err(e) => tracing::debug!(device = d.index, "cannot list GPU processes: {e}"),
             }
+            if graphics && lists.graphics_unread.is_none() {
+                match device.running_graphics_processes() {
+                    Ok(list) => lists
+                        .graphics
+                        .extend(list.iter().map(|p| memory_of(d.index, p))),
+                    Err(e) => lists.graphics_unread = Some(Unread::from(e)),
+                }
+            }
         }
-        all
+        lists
+    }
+
+    /// The per-process utilization of device `index` over the samples NVML took after
+    /// `since_us` (microseconds since the epoch, as NVML stamps them): one entry per process
+    /// that was busy, with the newest sample's time.
+    pub fn process_utilization(
+        &self,
+        index: u32,
+        since_us: u64,
+    ) -> Result<Vec<UtilSample>, Unread> {
+        let device = self.nvml.device_by_index(index).map_err(Unread::from)?;
+        match device.process_utilization_stats(since_us) {
+            Ok(samples) => Ok(samples
+                .into_iter()
+                .map(|s| UtilSample {
+                    pid: s.pid,
+                    sm_util: s.sm_util,
+                    timestamp_us: s.timestamp,
+                })
+                .collect()),
+            // no sample since `since_us`
+            Err(NvmlError::NotFound) => Ok(Vec::new()),
+            Err(e) => Err(Unread::from(e)),
+        }
     }
 
     /// A fresh reading of every managed device.

@@ -33,8 +33,10 @@
 use std::collections::{BTreeMap, VecDeque};
 
 pub mod demand;
+pub mod lease_log;
 
 use demand::Demands;
+use lease_log::LeaseLog;
 
 /// Monotonic nanoseconds from an arbitrary origin.
 pub type Nanos = u64;
@@ -148,6 +150,8 @@ pub struct Scheduler {
     demand: Demands,
     /// Revoked leases whose holders have not been told yet.
     revoked: Vec<SessionId>,
+    /// When each session's last lease ended.
+    lease_log: LeaseLog,
     /// Virtual clock: never behind the smallest virtual time of an active client.
     vclock: f64,
     started: Nanos,
@@ -165,6 +169,7 @@ impl Scheduler {
             demand_gated: false,
             demand: Demands::default(),
             revoked: Vec::new(),
+            lease_log: LeaseLog::default(),
             vclock: 0.0,
             started: now,
         }
@@ -244,6 +249,9 @@ impl Scheduler {
                 self.demand.remove(s);
             }
         }
+        for h in self.holders.iter().filter(|h| h.client == id) {
+            self.lease_log.ended(h.session, now);
+        }
         self.holders.retain(|h| h.client != id);
     }
 
@@ -299,6 +307,7 @@ impl Scheduler {
             c.charge(h.owed.round() as Nanos, now);
         }
         self.demand.learn(h.session, busy, wall, h.alone, now);
+        self.lease_log.ended(h.session, now);
     }
 
     /// `session`, holding a lease, asks for the next one at once. Granted (the lease restarts now,
@@ -354,6 +363,7 @@ impl Scheduler {
     pub fn session_gone(&mut self, session: SessionId, now: Nanos) {
         self.release(session, 0, now);
         self.demand.remove(session);
+        self.lease_log.forget(session);
         for c in self.clients.values_mut() {
             c.waiting.retain(|s| *s != session);
         }
@@ -520,6 +530,15 @@ impl Scheduler {
         }
     }
 
+    /// The last moment `session` held a lease: `now` while it holds one, else when its last lease
+    /// ended; `None` if it never had one.
+    pub fn last_held(&self, session: SessionId, now: Nanos) -> Option<Nanos> {
+        if self.holders.iter().any(|h| h.session == session) {
+            return Some(now);
+        }
+        self.lease_log.last_end(session)
+    }
+
     /// The first running lease (the only one with one slot).
     pub fn holder(&self) -> Option<(ClientId, SessionId)> {
         self.holders.first().map(|h| (h.client, h.session))
@@ -556,6 +575,28 @@ mod tests {
 
     const MS: Nanos = 1_000_000;
     const S: Nanos = 1_000 * MS;
+
+    #[test]
+    fn last_held_is_now_while_holding_then_the_end_of_the_lease() {
+        let mut s = Scheduler::new(20 * MS, 0);
+        s.set_grace(10 * MS);
+        s.set_client(1, shares(0.5, 1.0), 0);
+        assert_eq!(s.last_held(7, 0), None, "never asked");
+        s.acquire(1, 7, 0);
+        assert_eq!(s.last_held(7, MS), None, "waiting is not holding");
+        let g = s.poll(MS).unwrap();
+        assert_eq!(g.session, 7);
+        assert_eq!(s.last_held(7, 5 * MS), Some(5 * MS));
+        s.release(7, 4 * MS, 6 * MS);
+        assert_eq!(s.last_held(7, 50 * MS), Some(6 * MS));
+        // a lease taken back after its end and grace ended then
+        s.acquire(1, 7, 60 * MS);
+        s.poll(60 * MS).unwrap();
+        assert!(s.poll(95 * MS).is_none());
+        assert_eq!(s.last_held(7, 99 * MS), Some(95 * MS));
+        s.session_gone(7, 100 * MS);
+        assert_eq!(s.last_held(7, 100 * MS), None, "forgotten with its session");
+    }
 
     /// A simulated process: saturating (asks again right after each lease) or idle.
     struct Sim {

@@ -296,20 +296,49 @@ pub fn path_str(p: &Path) -> &str {
 /// The fake libnvidia-ml.so.1 (tests/fakes/fake_nvml.c), compiled once per test binary.
 pub fn fake_nvml() -> &'static Path {
     static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    LIB.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-nvml");
+    LIB.get_or_init(|| build_fake_nvml("fake-nvml", &[]))
+}
+
+/// The fake NVML of a driver older than per-process utilization and the graphics process list.
+pub fn fake_nvml_old_driver() -> &'static Path {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| build_fake_nvml("fake-nvml-old-driver", &["-DOLD_DRIVER"]))
+}
+
+fn build_fake_nvml(dir: &str, defines: &[&str]) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    std::fs::create_dir_all(&out).unwrap();
+    let lib = out.join("libnvidia-ml.so.1");
+    let status = Command::new("gcc")
+        .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"])
+        .args(defines)
+        .arg("-o")
+        .arg(&lib)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fakes/fake_nvml.c"
+        ))
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "building the fake NVML failed");
+    lib
+}
+
+/// tests/fakes/relay.c, compiled once per test binary: a process that attaches on a test's
+/// behalf (its stdin to the daemon's socket, the socket to its stdout).
+pub fn relay() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("relay");
         std::fs::create_dir_all(&out).unwrap();
-        let lib = out.join("libnvidia-ml.so.1");
+        let bin = out.join("relay");
         let status = Command::new("gcc")
-            .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fakes/fake_nvml.c"
-            ))
+            .args(["-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&bin)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/relay.c"))
             .status()
             .expect("gcc runs");
-        assert!(status.success(), "building the fake NVML failed");
-        lib
+        assert!(status.success(), "building the relay failed");
+        bin
     })
 }

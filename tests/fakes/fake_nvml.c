@@ -8,10 +8,17 @@
  *   mode INDEX MODE          compute mode (0 default, 1 exclusive thread, 2 prohibited,
  *                            3 exclusive process); written back by nvmlDeviceSetComputeMode
  *   proc INDEX PID BYTES     a process with a compute context on device INDEX
+ *   gproc INDEX PID BYTES    a process with a graphics context on device INDEX
+ *   util INDEX PID SM        per-process utilization: PID kept the SMs of device INDEX SM percent
+ *                            busy, in a sample stamped with the time of the call (so there is
+ *                            always a sample newer than the caller's last one)
  *   deny_set 1               nvmlDeviceSetComputeMode fails with NVML_ERROR_NO_PERMISSION
  *   fail_init 1              nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED
  *
  * Compute mode changes and init/shutdown are also appended, one a line, to STATE.calls.
+ *
+ * Built with -DOLD_DRIVER it lacks nvmlDeviceGetProcessUtilization and
+ * nvmlDeviceGetGraphicsRunningProcesses_v3, as drivers before them do.
  *
  * Build: gcc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
  */
@@ -20,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 typedef int nvmlReturn_t;
@@ -29,6 +37,7 @@ typedef struct fake_device *nvmlDevice_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NO_PERMISSION 4
+#define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_UNKNOWN 999
@@ -43,6 +52,12 @@ typedef struct {
     unsigned int gpuInstanceId;
     unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
 
 typedef struct {
     unsigned long long total, free, used;
@@ -66,11 +81,19 @@ struct proc {
     unsigned long long bytes;
 };
 
+struct util {
+    unsigned int device, pid, sm;
+};
+
 struct state {
     unsigned int count;
     int mode[MAX_DEVICES];
     struct proc procs[MAX_PROCS];
     unsigned int nprocs;
+    struct proc gprocs[MAX_PROCS];
+    unsigned int ngprocs;
+    struct util utils[MAX_PROCS];
+    unsigned int nutils;
     int deny_set, fail_init;
 };
 
@@ -128,6 +151,20 @@ static void load(struct state *s) {
                 s->procs[s->nprocs].bytes = c;
                 s->nprocs++;
             }
+        } else if (sscanf(line, "gproc %u %u %llu", &a, &b, &c) == 3) {
+            if (s->ngprocs < MAX_PROCS) {
+                s->gprocs[s->ngprocs].device = a;
+                s->gprocs[s->ngprocs].pid = b;
+                s->gprocs[s->ngprocs].bytes = c;
+                s->ngprocs++;
+            }
+        } else if (sscanf(line, "util %u %u %llu", &a, &b, &c) == 3) {
+            if (s->nutils < MAX_PROCS) {
+                s->utils[s->nutils].device = a;
+                s->utils[s->nutils].pid = b;
+                s->utils[s->nutils].sm = (unsigned int)c;
+                s->nutils++;
+            }
         } else if (sscanf(line, "deny_set %d", &m) == 1) {
             s->deny_set = m;
         } else if (sscanf(line, "fail_init %d", &m) == 1) {
@@ -150,6 +187,10 @@ static int save(const struct state *s) {
     for (i = 0; i < s->count; i++) fprintf(f, "mode %u %d\n", i, s->mode[i]);
     for (i = 0; i < s->nprocs; i++)
         fprintf(f, "proc %u %u %llu\n", s->procs[i].device, s->procs[i].pid, s->procs[i].bytes);
+    for (i = 0; i < s->ngprocs; i++)
+        fprintf(f, "gproc %u %u %llu\n", s->gprocs[i].device, s->gprocs[i].pid, s->gprocs[i].bytes);
+    for (i = 0; i < s->nutils; i++)
+        fprintf(f, "util %u %u %u\n", s->utils[i].device, s->utils[i].pid, s->utils[i].sm);
     if (s->deny_set) fprintf(f, "deny_set 1\n");
     if (s->fail_init) fprintf(f, "fail_init 1\n");
     if (fclose(f) != 0) return -1;
@@ -188,6 +229,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     default: return "Unknown Error";
@@ -294,31 +336,85 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
-                                                     nvmlProcessInfo_t *infos) {
-    struct state s;
-    unsigned int i, k, n = 0, room;
-    int rc;
-    load(&s);
-    if ((rc = device_index(device, &s, &i))) return rc;
+/* Copies the processes of device INDEX from LIST into INFOS, as the *RunningProcesses_v3 calls do. */
+static nvmlReturn_t running(const struct proc *list, unsigned int n_list, unsigned int index,
+                            unsigned int *count, nvmlProcessInfo_t *infos) {
+    unsigned int k, n = 0, room;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    for (k = 0; k < s.nprocs; k++)
-        if (s.procs[k].device == i) n++;
+    for (k = 0; k < n_list; k++)
+        if (list[k].device == index) n++;
     room = *count;
     *count = n;
     if (n == 0) return NVML_SUCCESS;
     if (room < n || !infos) return NVML_ERROR_INSUFFICIENT_SIZE;
     n = 0;
-    for (k = 0; k < s.nprocs; k++) {
-        if (s.procs[k].device != i) continue;
-        infos[n].pid = s.procs[k].pid;
-        infos[n].usedGpuMemory = s.procs[k].bytes;
+    for (k = 0; k < n_list; k++) {
+        if (list[k].device != index) continue;
+        infos[n].pid = list[k].pid;
+        infos[n].usedGpuMemory = list[k].bytes;
         infos[n].gpuInstanceId = 0xFFFFFFFFu;
         infos[n].computeInstanceId = 0xFFFFFFFFu;
         n++;
     }
     return NVML_SUCCESS;
 }
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    struct state s;
+    unsigned int i;
+    int rc;
+    load(&s);
+    if ((rc = device_index(device, &s, &i))) return rc;
+    return running(s.procs, s.nprocs, i, count, infos);
+}
+
+#ifndef OLD_DRIVER
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    struct state s;
+    unsigned int i;
+    int rc;
+    load(&s);
+    if ((rc = device_index(device, &s, &i))) return rc;
+    return running(s.gprocs, s.ngprocs, i, count, infos);
+}
+
+/* As the driver: NOT_FOUND without samples newer than lastSeenTimeStamp; with a NULL buffer or
+ * too small a count, INSUFFICIENT_SIZE and the count needed. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *count,
+                                             unsigned long long lastSeenTimeStamp) {
+    struct state s;
+    struct timeval tv;
+    unsigned long long now;
+    unsigned int i, k, n = 0, room;
+    int rc;
+    load(&s);
+    if ((rc = device_index(device, &s, &i))) return rc;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    gettimeofday(&tv, NULL);
+    now = (unsigned long long)tv.tv_sec * 1000000ULL + (unsigned long long)tv.tv_usec;
+    if (now > lastSeenTimeStamp)
+        for (k = 0; k < s.nutils; k++)
+            if (s.utils[k].device == i) n++;
+    room = *count;
+    *count = n;
+    if (n == 0) return NVML_ERROR_NOT_FOUND;
+    if (room < n || !utilization) return NVML_ERROR_INSUFFICIENT_SIZE;
+    n = 0;
+    for (k = 0; k < s.nutils; k++) {
+        if (s.utils[k].device != i) continue;
+        memset(&utilization[n], 0, sizeof utilization[n]);
+        utilization[n].pid = s.utils[k].pid;
+        utilization[n].timeStamp = now;
+        utilization[n].smUtil = s.utils[k].sm;
+        n++;
+    }
+    return NVML_SUCCESS;
+}
+#endif
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     struct state s;
