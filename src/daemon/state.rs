@@ -4,6 +4,7 @@
 //! an `.await`. Replies to sessions leave through each session's channel.
 
 use super::identity::Identity;
+use super::usage::{ClientFigures, SessionFigures, UsageSnapshot};
 use crate::config::{
     check_client_name, check_request_sum, Access, ClientSpec, Config, MemoryMode, MpsShare, Share,
 };
@@ -51,6 +52,7 @@ struct ClientEntry {
 struct Session {
     pid: u32,
     uid: u32,
+    user: String,
     client: String,
     reserved: u64,
     /// The hook serves this session's device allocations as managed memory (fixed at attach).
@@ -103,6 +105,8 @@ pub struct ClientReport {
     pub gpu_time_ns: u64,
     pub charged_ns: u64,
     pub grants: u64,
+    /// Time its processes waited for a grant.
+    pub waited_ns: u64,
     pub holding: bool,
     pub waiting: u32,
     pub pids: Vec<u32>,
@@ -132,6 +136,10 @@ pub struct State {
     /// Managed memory held by all oversubscribing sessions, and the most they may hold.
     managed_used: u64,
     managed_limit: u64,
+    /// Processes gone since the last [`State::usage_snapshot`], with when they went.
+    ended: Vec<(SessionFigures, Nanos)>,
+    /// Config reloads refused since the daemon started.
+    reload_failures: u64,
 }
 
 impl State {
@@ -156,6 +164,8 @@ impl State {
             mps_pipe_dir: None,
             managed_used: 0,
             managed_limit: 0,
+            ended: Vec::new(),
+            reload_failures: 0,
         };
         s.managed_limit = managed_limit(&s.config);
         let specs: Vec<ClientSpec> = s.config.clients.values().cloned().collect();
@@ -264,6 +274,7 @@ impl State {
             Session {
                 pid,
                 uid: who.uid,
+                user: who.user.clone(),
                 client: name.clone(),
                 reserved: 0,
                 managed,
@@ -328,6 +339,8 @@ impl State {
         let Some(s) = self.sessions.remove(&session) else {
             return;
         };
+        let usage = self.sched.take_session_usage(session, now);
+        self.ended.push((figures(session, &s, usage), now));
         let mut remove = false;
         if let Some(c) = self.clients.get_mut(&s.client) {
             c.sessions.remove(&session);
@@ -626,6 +639,7 @@ impl State {
             gpu_time_ns: u.gpu_total,
             charged_ns: u.charged_total,
             grants: u.grants,
+            waited_ns: u.waited_total,
             holding: u.holding,
             waiting: u.waiting as u32,
             pids: c
@@ -647,6 +661,34 @@ impl State {
 
     pub fn reports(&self) -> Vec<ClientReport> {
         self.clients.keys().filter_map(|n| self.report(n)).collect()
+    }
+
+    /// The figures accounting and metrics count from; hands over the processes gone since the
+    /// last call.
+    pub fn usage_snapshot(&mut self) -> UsageSnapshot {
+        let now = self.now();
+        UsageSnapshot {
+            now,
+            sessions: self
+                .sessions
+                .iter()
+                .map(|(id, s)| figures(*id, s, self.sched.session_usage(*id, now)))
+                .collect(),
+            ended: std::mem::take(&mut self.ended),
+            clients: self
+                .clients
+                .values()
+                .map(|c| ClientFigures {
+                    name: c.spec.name.clone(),
+                    request: c.spec.share.request,
+                    limit: c.spec.share.limit,
+                    memory_cap: c.spec.share.memory,
+                    memory_used: c.memory_used,
+                })
+                .collect(),
+            reload_failures: self.reload_failures,
+            config_error: self.config_error.is_some(),
+        }
     }
 
     /// Applies a newly loaded config, or records why it could not be applied. The old config
@@ -688,6 +730,7 @@ impl State {
             }
             Err(message) => {
                 self.config_error = Some(message.clone());
+                self.reload_failures += 1;
                 self.emit(Event::ConfigReloaded {
                     ok: false,
                     message: message.clone(),
@@ -778,6 +821,18 @@ fn host_available_memory() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+fn figures(id: SessionId, s: &Session, u: crate::scheduler::SessionUsage) -> SessionFigures {
+    SessionFigures {
+        session: id,
+        user: s.user.clone(),
+        client: s.client.clone(),
+        charged_ns: u.charged,
+        grants: u.grants,
+        waited_ns: u.waited,
+        reserved: s.reserved,
+    }
 }
 
 fn memory_flags(m: &MemoryMode) -> u32 {
