@@ -455,10 +455,12 @@ impl Config {
                 None => Some(DEFAULT_STATE_DIR.into()),
                 Some(p) if p.as_os_str().is_empty() => None,
                 Some(p) if p.is_absolute() => Some(p.clone()),
-                Some(p) => return Err(format!(
+                Some(p) => {
+                    return Err(format!(
                     "daemon.state_dir: {:?} must be an absolute path (or \"\" for no accounting)",
                     p.display()
-                )),
+                ))
+                }
             },
         };
         let g = &file.gpu;
