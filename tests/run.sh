@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test gpushare has: unit and integration tests (a private dbus-daemon, the real
-# daemon, fake libcuda/libnvidia-ml test doubles, a real Prometheus scraping the metrics) and, unless GPUSHARE_SKIP_SYSTEM_TEST=1, the
-# system test that boots Debian with systemd in a container and installs the package.
+# daemon, fake libcuda/libnvidia-ml test doubles, a real Prometheus scraping the metrics) and,
+# unless GPUSHARE_SKIP_SYSTEM_TEST=1, the system test that boots Debian with systemd in a
+# container and installs the package.
 # Needs root (it creates users, drops privileges and boots a container) and installs what it
 # needs with apt-get.
 set -euo pipefail
