@@ -323,11 +323,12 @@ impl Accounting {
     }
 
     /// Usage over the last `since` (all of it with `None`), grouped `by`, the latest included
-    /// (blocking).
+    /// unless it cannot be written now (blocking).
     pub fn usage(&self, since: Option<Duration>, by: By) -> Result<Vec<Row>, String> {
         let store = self.store.as_ref().map_err(Clone::clone)?;
         self.sample();
-        self.flush()?;
+        // a failed write is logged and counted; what is on disk is still worth reading
+        let _ = self.flush();
         let since =
             since.map(|d| unix_now().saturating_sub(d.as_secs().min(i64::MAX as u64) as i64));
         let store = lock(store);

@@ -1032,6 +1032,36 @@ mod tests {
     }
 
     #[test]
+    fn usage_snapshots_hand_over_each_process_once_it_is_gone() {
+        let (mut s, _rx) = state(CFG);
+        let (tx, _r) = mpsc::unbounded_channel();
+        let (sid, _) = s.attach(&user(1000, "alice"), 8, "train", tx).unwrap();
+        s.reserve(sid, 300);
+        s.acquire(sid);
+        let snap = s.usage_snapshot();
+        assert_eq!(snap.sessions.len(), 1);
+        let live = &snap.sessions[0];
+        assert_eq!(
+            (live.user.as_str(), live.client.as_str()),
+            ("alice", "train")
+        );
+        assert_eq!((live.grants, live.reserved), (1, 300));
+        assert_eq!(snap.clients[0].memory_cap, Some(1000));
+        s.release(sid, 0);
+        s.detach(sid);
+        let snap = s.usage_snapshot();
+        assert!(snap.sessions.is_empty());
+        assert_eq!(snap.ended.len(), 1);
+        assert_eq!(snap.ended[0].0.grants, 1);
+        assert!(s.usage_snapshot().ended.is_empty(), "handed over once");
+        assert!(s
+            .apply_config(Config::parse("[clients.x]\nrequest = 3\n"))
+            .is_err());
+        let snap = s.usage_snapshot();
+        assert_eq!((snap.reload_failures, snap.config_error), (1, true));
+    }
+
+    #[test]
     fn broken_reload_keeps_the_running_config() {
         let (mut s, mut rx) = state(CFG);
         let e = s
