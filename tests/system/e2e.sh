@@ -269,8 +269,10 @@ ctr usermod -aG gpuadmins carol
 mkdir -p "$root/etc/gpushare"
 # The container shares the host's network: a port of its own for the metrics.
 metrics_port=$((20000 + $$ % 20000))
+# Written beside and renamed into place: the daemon watches the file, and must
+# never read it half written.
 write_config() {
-    cat >"$root/etc/gpushare/gpushare.toml" <<EOF
+    cat >"$root/etc/gpushare/gpushare.toml.new" <<EOF
 [daemon]
 admin_groups = ["gpuadmins"]
 [gpu]
@@ -285,6 +287,7 @@ limit = 1.0
 memory = "1GiB"
 users = ["bob", "carol"]
 EOF
+    mv "$root/etc/gpushare/gpushare.toml.new" "$root/etc/gpushare/gpushare.toml"
 }
 write_config 0.25
 
