@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpushare/gpushare.toml";
+/// Default of `daemon.state_dir`, where usage accounting is kept.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpushare";
 
 /// How the daemon treats GPU processes that did not attach through the hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -187,6 +189,15 @@ pub struct DaemonConfig {
     /// (without MPS when `concurrent_leases` is not set).
     pub overlap_by_demand: bool,
     pub admin_groups: Vec<String>,
+    /// Where usage accounting is kept (read at start); `None`: no accounting.
+    pub state_dir: Option<PathBuf>,
+}
+
+/// The Prometheus endpoint.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsConfig {
+    /// Address and port to serve `/metrics` on; `None`: off.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -220,6 +231,7 @@ pub struct Config {
     pub user_defaults: BTreeMap<String, Share>,
     pub group_defaults: BTreeMap<String, Share>,
     pub clients: BTreeMap<String, ClientSpec>,
+    pub metrics: MetricsConfig,
 }
 
 // ---- the file as written ----
@@ -235,6 +247,14 @@ struct FileConfig {
     defaults: FileDefaults,
     #[serde(default)]
     clients: BTreeMap<String, FileClient>,
+    #[serde(default)]
+    metrics: FileMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileMetrics {
+    listen: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -249,6 +269,7 @@ struct FileDaemon {
     concurrent_leases: Option<LeaseCount>,
     #[serde(default)]
     admin_groups: Vec<String>,
+    state_dir: Option<PathBuf>,
 }
 
 /// `concurrent_leases`: a number, or "all".
@@ -447,6 +468,17 @@ impl Config {
             },
             overlap_by_demand: d.concurrent_leases.is_none() && file.gpu.mps != Some(true),
             admin_groups: d.admin_groups.clone(),
+            state_dir: match &d.state_dir {
+                None => Some(DEFAULT_STATE_DIR.into()),
+                Some(p) if p.as_os_str().is_empty() => None,
+                Some(p) if p.is_absolute() => Some(p.clone()),
+                Some(p) => {
+                    return Err(format!(
+                    "daemon.state_dir: {:?} must be an absolute path (or \"\" for no accounting)",
+                    p.display()
+                ))
+                }
+            },
         };
         let g = &file.gpu;
         let mps_pipe_dir = g
@@ -548,6 +580,16 @@ impl Config {
             clients.insert(name.clone(), spec);
         }
         check_request_sum(clients.values().map(|c| (c.name.as_str(), c.share.request)))?;
+        let metrics = MetricsConfig {
+            listen: match file.metrics.listen.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(text) => Some(text.parse().map_err(|_| {
+                    format!(
+                        "metrics.listen: {text:?} is not an IP address and port, such as \"127.0.0.1:9464\" or \"[::1]:9464\""
+                    )
+                })?),
+            },
+        };
         Ok(Config {
             daemon,
             gpu,
@@ -555,6 +597,7 @@ impl Config {
             user_defaults,
             group_defaults,
             clients,
+            metrics,
         })
     }
 
@@ -799,6 +842,10 @@ mps_priority = "below-normal"
                 "above the client's memory cap",
             ),
             ("[gpu]\nmanaged_memory = 0\n", "gpu.managed_memory"),
+            ("[metrics]\nlisten = \"localhost\"\n", "metrics.listen"),
+            ("[metrics]\nlisten = \"1.2.3.4:99999\"\n", "metrics.listen"),
+            ("[metrics]\nport = 9464\n", "unknown field"),
+            ("[daemon]\nstate_dir = \"var/lib\"\n", "daemon.state_dir"),
             ("[daemon]\nsokcet_dir = \"/x\"\n", "unknown field"),
             ("[clients.a\n", "expected"),
         ];
@@ -835,6 +882,20 @@ mps_priority = "below-normal"
         assert_eq!(c.gpu.violations, defaults.gpu.violations);
         assert_eq!(c.gpu.context_allowance, defaults.gpu.context_allowance);
         assert_eq!(c.gpu.scan_interval, defaults.gpu.scan_interval);
+    }
+
+    #[test]
+    fn metrics_are_off_unless_asked_and_the_state_dir_has_a_default() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.metrics.listen, None);
+        assert_eq!(c.daemon.state_dir, Some(PathBuf::from(DEFAULT_STATE_DIR)));
+        let c =
+            Config::parse("[daemon]\nstate_dir = \"\"\n[metrics]\nlisten = \"127.0.0.1:9464\"\n")
+                .unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(c.daemon.state_dir, None);
+        let c = Config::parse("[metrics]\nlisten = \"[::1]:9464\"\n").unwrap();
+        assert_eq!(c.metrics.listen.unwrap().port(), 9464);
     }
 
     #[test]

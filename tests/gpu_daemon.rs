@@ -84,6 +84,8 @@ impl Daemon {
             .arg(p.join("gpushare.toml"))
             .arg("--socket-dir")
             .arg(p.join("run"))
+            .arg("--state-dir")
+            .arg(p.join("state"))
             .args(["--bus", setup.bus.unwrap_or("none"), "--log", "info"])
             .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())

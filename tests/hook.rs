@@ -210,6 +210,8 @@ memory = "unlimited"
             .arg(&config)
             .arg("--socket-dir")
             .arg(&sockets)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
             .args(["--bus", "none", "--log", "warn"])
             .stdout(Stdio::null())
             .spawn()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test gpushare has: unit and integration tests (a private dbus-daemon, the real
-# daemon, fake libcuda/libnvidia-ml test doubles) and, unless GPUSHARE_SKIP_SYSTEM_TEST=1, the
-# system test that boots Debian with systemd in a container and installs the package.
+# daemon, fake libcuda/libnvidia-ml test doubles, a real Prometheus scraping the metrics) and,
+# unless GPUSHARE_SKIP_SYSTEM_TEST=1, the system test that boots Debian with systemd in a
+# container and installs the package.
 # Needs root (it creates users, drops privileges and boots a container) and installs what it
 # needs with apt-get.
 set -euo pipefail
@@ -19,6 +20,7 @@ command -v gcc >/dev/null || missing+=(gcc)
 command -v setpriv >/dev/null || missing+=(util-linux)
 command -v man >/dev/null || missing+=(man-db)
 command -v python3 >/dev/null || missing+=(python3)
+command -v prometheus >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"

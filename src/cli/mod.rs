@@ -80,6 +80,16 @@ pub enum Command {
         /// Client name.
         name: String,
     },
+    /// Show the GPU time and memory-time used, as kept by the daemon across restarts.
+    Usage {
+        /// Only the last DURATION, counted by whole hours, e.g. 7d, 12h or 30min (default: all
+        /// that is kept).
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// Group by user, client or day (the server's local calendar days).
+        #[arg(long, default_value = "user", value_parser = ["user", "client", "day"])]
+        by: String,
+    },
     /// Make the daemon read its config file again.
     Reload,
     /// Attach to the daemon's socket as the hook would, and say what this user gets.
@@ -135,6 +145,11 @@ pub trait Manager {
     fn list_clients(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
     fn list_devices(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
     fn list_flagged_processes(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
+    fn get_usage(
+        &self,
+        since_seconds: u64,
+        by: &str,
+    ) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
     fn reload(&self) -> zbus::Result<()>;
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;
@@ -181,6 +196,16 @@ fn memory_arg(text: &str) -> Result<u64, Failure> {
     parse_bytes(text)
         .map(|b| b.unwrap_or(0))
         .map_err(|e| usage(format!("--memory: {e}")))
+}
+
+fn since_arg(text: &str) -> Result<u64, Failure> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.as_secs() > 0 => Ok(d.as_secs()),
+        Ok(_) => Err(usage("--since: give at least a second".into())),
+        Err(e) => Err(usage(format!(
+            "--since {text:?}: {e} (examples: 7d, 12h, 30min)"
+        ))),
+    }
 }
 
 fn fraction_arg(what: &str, v: f64) -> Result<f64, Failure> {
@@ -289,6 +314,10 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                 .await?;
         }
         Command::Unregister { name } => m.unregister_client(&name).await?,
+        Command::Usage { since, by } => {
+            let seconds = since.as_deref().map(since_arg).transpose()?.unwrap_or(0);
+            output::usage(cli.json, &by, &m.get_usage(seconds, &by).await?);
+        }
         Command::Reload => m.reload().await?,
         Command::Run { .. } | Command::Check { .. } => unreachable!("handled above"),
     }

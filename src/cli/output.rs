@@ -177,6 +177,46 @@ fn flagged_rows(flagged: &[Dict]) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Usage rows grouped `by` user, client or day.
+pub fn usage(as_json: bool, by: &str, rows: &[Dict]) {
+    if as_json {
+        let v: Vec<serde_json::Value> = rows.iter().map(dict_json).collect();
+        println!("{}", serde_json::Value::Array(v));
+        return;
+    }
+    if rows.is_empty() {
+        println!("no usage recorded in that time");
+        return;
+    }
+    let duration = |ns: u64| {
+        let secs = std::time::Duration::from_secs((ns + 500_000_000) / 1_000_000_000);
+        humantime::format_duration(secs).to_string()
+    };
+    let table_rows = rows
+        .iter()
+        .map(|r| {
+            let byte_seconds = get::<f64>(r, "memory_byte_seconds").unwrap_or(0.0);
+            vec![
+                text(r, by),
+                duration(get::<u64>(r, "gpu_ns").unwrap_or(0)),
+                format!("{:.2}", byte_seconds / (1u64 << 30) as f64 / 3600.0),
+                duration(get::<u64>(r, "wait_ns").unwrap_or(0)),
+                text(r, "leases"),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            &by.to_uppercase(),
+            "GPU TIME",
+            "MEMORY (GiB-h)",
+            "WAITED",
+            "LEASES",
+        ],
+        table_rows,
+    );
+}
+
 pub fn status(as_json: bool, s: &Status<'_>) {
     if as_json {
         let v = serde_json::json!({

@@ -20,6 +20,9 @@ pub struct DaemonArgs {
     /// Directory of the hook socket, overriding daemon.socket_dir.
     #[arg(long)]
     pub socket_dir: Option<PathBuf>,
+    /// Directory of the usage accounting database, overriding daemon.state_dir.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
     /// D-Bus bus to serve on: system, session, none, or an address (unix:path=...).
     #[arg(long, default_value = "system", env = "GPUSHARE_BUS")]
     pub bus: BusChoice,

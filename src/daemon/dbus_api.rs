@@ -6,6 +6,7 @@
 // (zbus generates functions from them that an attribute on the method cannot reach).
 #![allow(clippy::too_many_arguments)]
 
+use super::accounting::{Accounting, By};
 use super::identity::Identity;
 use super::state::{ClientReport, Event, State, StateError};
 use crate::config::{Access, ClientSpec, MemoryMode, MpsShare, Share};
@@ -57,6 +58,7 @@ pub struct Manager {
     pub flagged: FlaggedLister,
     /// Reloads the config file (the same path SIGHUP takes).
     pub reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    pub accounting: Arc<Accounting>,
 }
 
 pub(crate) fn value<'a>(v: impl Into<Value<'a>>) -> OwnedValue {
@@ -78,6 +80,7 @@ fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
     d.insert("gpu_time_ns".into(), value(r.gpu_time_ns));
     d.insert("charged_ns".into(), value(r.charged_ns));
     d.insert("grants".into(), value(r.grants));
+    d.insert("waited_ns".into(), value(r.waited_ns));
     d.insert("holding".into(), value(r.holding));
     d.insert("waiting".into(), value(r.waiting));
     d.insert("pids".into(), value(r.pids.clone()));
@@ -313,6 +316,42 @@ impl Manager {
         report
             .map(|r| client_dict(&r))
             .ok_or_else(|| Error::UnknownClient(format!("there is no client named {name:?}")))
+    }
+
+    /// Usage kept in the state directory over the last `since_seconds` (0: all of it, counted by
+    /// whole hours), grouped `by` "user", "client" or "day" (the server's local calendar days).
+    /// Each entry has the group's name under that key, `gpu_ns` (GPU time charged),
+    /// `memory_byte_seconds` (device memory held over time), `wait_ns` (time processes waited
+    /// for a lease), `leases`, and `first_hour` and `last_hour` (Unix seconds).
+    async fn get_usage(
+        &self,
+        since_seconds: u64,
+        by: String,
+    ) -> Result<Vec<HashMap<String, OwnedValue>>, Error> {
+        let by: By = by.parse().map_err(Error::InvalidArgument)?;
+        let since = (since_seconds > 0).then(|| std::time::Duration::from_secs(since_seconds));
+        let accounting = self.accounting.clone();
+        let rows = tokio::task::spawn_blocking(move || accounting.usage(since, by))
+            .await
+            .map_err(|e| Error::Failed(e.to_string()))?
+            .map_err(Error::Failed)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                HashMap::from([
+                    (by.as_str().to_string(), value(r.key)),
+                    ("gpu_ns".into(), value(r.totals.gpu_ns)),
+                    (
+                        "memory_byte_seconds".into(),
+                        value(r.totals.memory_byte_seconds),
+                    ),
+                    ("wait_ns".into(), value(r.totals.wait_ns)),
+                    ("leases".into(), value(r.totals.leases)),
+                    ("first_hour".into(), value(r.first_hour)),
+                    ("last_hour".into(), value(r.last_hour)),
+                ])
+            })
+            .collect())
     }
 
     /// The managed GPUs with live memory and state.

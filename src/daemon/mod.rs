@@ -1,15 +1,19 @@
 //! `gpushared`: the daemon. Wires the config, the state, the socket server, the D-Bus API and the
 //! GPU side together, and talks to systemd.
 
+pub mod accounting;
 pub mod args;
 pub mod config_watch;
 pub mod dbus_api;
 pub mod dbus_objects;
 pub mod gpu_events;
+pub mod http;
 pub mod identity;
+pub mod metrics;
 pub mod service_notify;
 pub mod socket_server;
 pub mod state;
+pub mod usage;
 
 use crate::bus::BusChoice;
 use crate::config::Config;
@@ -34,6 +38,11 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.socket_dir {
         config.daemon.socket_dir = dir.clone();
     }
+    let state_dir = match &args.state_dir {
+        Some(dir) if dir.as_os_str().is_empty() => None,
+        Some(dir) => Some(dir.clone()),
+        None => config.daemon.state_dir.clone(),
+    };
     let socket_path = config.socket_path();
     let hello_timeout = config.daemon.client_timeout;
     let (events, _) = broadcast::channel::<Event>(1024);
@@ -43,6 +52,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         events.clone(),
     )));
     let wake = Arc::new(Notify::new());
+    let accounting = Arc::new(accounting::Accounting::start(state.clone(), state_dir).await);
 
     let owned_socket = activated.is_none();
     let listener = match activated {
@@ -94,6 +104,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         .context("cannot take over the GPU")?;
     state.lock().unwrap_or_else(|p| p.into_inner()).mps_pipe_dir = gpu.mps_pipe_dir();
     let (read_devices, read_mps) = (gpu.device_reader(), gpu.mps_status_reader());
+    let metrics_events = events.subscribe();
     let devices: dbus_api::DeviceLister = {
         let (read_devices, read_mps) = (read_devices.clone(), read_mps.clone());
         Arc::new(move || {
@@ -120,6 +131,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 devices,
                 flagged,
                 reload: reload.clone(),
+                accounting: accounting.clone(),
             };
             let connect = choice
                 .builder()?
@@ -167,6 +179,13 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         state.clone(),
         events.subscribe(),
     ));
+    tokio::spawn(accounting::run(accounting.clone()));
+    tokio::spawn(metrics::run(
+        state.clone(),
+        accounting.clone(),
+        gpu.mps_status_reader(),
+        metrics_events,
+    ));
     service_notify::ready();
     service_notify::spawn_watchdog(state.clone());
 
@@ -185,6 +204,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopping");
     service_notify::stopping();
+    accounting::finish(accounting).await;
     gpu.stop().await;
     drop(bus);
     // A socket from systemd stays for the next daemon; processes re-attach to it.

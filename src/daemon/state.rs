@@ -4,6 +4,7 @@
 //! an `.await`. Replies to sessions leave through each session's channel.
 
 use super::identity::Identity;
+use super::usage::{ClientFigures, SessionFigures, UsageSnapshot};
 use crate::config::{
     check_client_name, check_request_sum, Access, ClientSpec, Config, MemoryMode, MpsShare, Share,
 };
@@ -52,6 +53,7 @@ struct ClientEntry {
 struct Session {
     pid: u32,
     uid: u32,
+    user: String,
     client: String,
     reserved: u64,
     /// The hook serves this session's device allocations as managed memory (fixed at attach).
@@ -104,6 +106,8 @@ pub struct ClientReport {
     pub gpu_time_ns: u64,
     pub charged_ns: u64,
     pub grants: u64,
+    /// Time its processes waited for a grant.
+    pub waited_ns: u64,
     pub holding: bool,
     pub waiting: u32,
     pub pids: Vec<u32>,
@@ -133,6 +137,10 @@ pub struct State {
     /// Managed memory held by all oversubscribing sessions, and the most they may hold.
     managed_used: u64,
     managed_limit: u64,
+    /// Processes gone since the last [`State::usage_snapshot`], with when they went.
+    ended: Vec<(SessionFigures, Nanos)>,
+    /// Config reloads refused since the daemon started.
+    reload_failures: u64,
 }
 
 impl State {
@@ -157,6 +165,8 @@ impl State {
             mps_pipe_dir: None,
             managed_used: 0,
             managed_limit: 0,
+            ended: Vec::new(),
+            reload_failures: 0,
         };
         s.managed_limit = managed_limit(&s.config);
         let specs: Vec<ClientSpec> = s.config.clients.values().cloned().collect();
@@ -268,6 +278,7 @@ impl State {
             Session {
                 pid,
                 uid: who.uid,
+                user: who.user.clone(),
                 client: name.clone(),
                 reserved: 0,
                 managed,
@@ -335,6 +346,8 @@ impl State {
         let Some(s) = self.sessions.remove(&session) else {
             return;
         };
+        let usage = self.sched.take_session_usage(session, now);
+        self.ended.push((figures(session, &s, usage), now));
         let mut remove = false;
         if let Some(c) = self.clients.get_mut(&s.client) {
             c.sessions.remove(&session);
@@ -675,6 +688,7 @@ impl State {
             gpu_time_ns: u.gpu_total,
             charged_ns: u.charged_total,
             grants: u.grants,
+            waited_ns: u.waited_total,
             holding: u.holding,
             waiting: u.waiting as u32,
             pids: c
@@ -696,6 +710,34 @@ impl State {
 
     pub fn reports(&self) -> Vec<ClientReport> {
         self.clients.keys().filter_map(|n| self.report(n)).collect()
+    }
+
+    /// The figures accounting and metrics count from; hands over the processes gone since the
+    /// last call.
+    pub fn usage_snapshot(&mut self) -> UsageSnapshot {
+        let now = self.now();
+        UsageSnapshot {
+            now,
+            sessions: self
+                .sessions
+                .iter()
+                .map(|(id, s)| figures(*id, s, self.sched.session_usage(*id, now)))
+                .collect(),
+            ended: std::mem::take(&mut self.ended),
+            clients: self
+                .clients
+                .values()
+                .map(|c| ClientFigures {
+                    name: c.spec.name.clone(),
+                    request: c.spec.share.request,
+                    limit: c.spec.share.limit,
+                    memory_cap: c.spec.share.memory,
+                    memory_used: c.memory_used,
+                })
+                .collect(),
+            reload_failures: self.reload_failures,
+            config_error: self.config_error.is_some(),
+        }
     }
 
     /// Applies a newly loaded config, or records why it could not be applied. The old config
@@ -737,6 +779,7 @@ impl State {
             }
             Err(message) => {
                 self.config_error = Some(message.clone());
+                self.reload_failures += 1;
                 self.emit(Event::ConfigReloaded {
                     ok: false,
                     message: message.clone(),
@@ -827,6 +870,18 @@ fn host_available_memory() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+fn figures(id: SessionId, s: &Session, u: crate::scheduler::SessionUsage) -> SessionFigures {
+    SessionFigures {
+        session: id,
+        user: s.user.clone(),
+        client: s.client.clone(),
+        charged_ns: u.charged,
+        grants: u.grants,
+        waited_ns: u.waited,
+        reserved: s.reserved,
+    }
 }
 
 fn memory_flags(m: &MemoryMode) -> u32 {
@@ -1043,6 +1098,36 @@ mod tests {
         assert!(s.unregister("train").is_err(), "config clients stay");
         s.unregister("small").unwrap();
         assert!(s.report("small").is_none());
+    }
+
+    #[test]
+    fn usage_snapshots_hand_over_each_process_once_it_is_gone() {
+        let (mut s, _rx) = state(CFG);
+        let (tx, _r) = mpsc::unbounded_channel();
+        let (sid, _) = s.attach(&user(1000, "alice"), 8, "train", 0, tx).unwrap();
+        s.reserve(sid, 300);
+        s.acquire(sid);
+        let snap = s.usage_snapshot();
+        assert_eq!(snap.sessions.len(), 1);
+        let live = &snap.sessions[0];
+        assert_eq!(
+            (live.user.as_str(), live.client.as_str()),
+            ("alice", "train")
+        );
+        assert_eq!((live.grants, live.reserved), (1, 300));
+        assert_eq!(snap.clients[0].memory_cap, Some(1000));
+        s.release(sid, 0);
+        s.detach(sid);
+        let snap = s.usage_snapshot();
+        assert!(snap.sessions.is_empty());
+        assert_eq!(snap.ended.len(), 1);
+        assert_eq!(snap.ended[0].0.grants, 1);
+        assert!(s.usage_snapshot().ended.is_empty(), "handed over once");
+        assert!(s
+            .apply_config(Config::parse("[clients.x]\nrequest = 3\n"))
+            .is_err());
+        let snap = s.usage_snapshot();
+        assert_eq!((snap.reload_failures, snap.config_error), (1, true));
     }
 
     #[test]

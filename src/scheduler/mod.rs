@@ -80,6 +80,8 @@ struct Client {
     charged_total: Nanos,
     gpu_total: Nanos,
     grants: u64,
+    /// Time its processes waited for a grant, counting the waits that ended.
+    waited_total: Nanos,
 }
 
 impl Client {
@@ -126,8 +128,48 @@ pub struct Usage {
     /// GPU busy time its processes reported (each lease's report clamped to its wall time).
     pub gpu_total: Nanos,
     pub grants: u64,
+    /// Time its processes waited for a grant (from asking to the grant), waits going on
+    /// included.
+    pub waited_total: Nanos,
     pub waiting: usize,
     pub holding: bool,
+}
+
+/// What one process got and waited for, for accounting: running totals since it attached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionUsage {
+    /// GPU time charged to its leases.
+    pub charged: Nanos,
+    pub grants: u64,
+    /// Time it waited for a grant, the wait going on included.
+    pub waited: Nanos,
+}
+
+/// [`SessionUsage`] and when the current wait began.
+#[derive(Debug, Clone, Copy, Default)]
+struct SessionBook {
+    usage: SessionUsage,
+    waiting_since: Option<Nanos>,
+}
+
+impl SessionBook {
+    /// Ends the current wait at `now`; returns how long it was.
+    fn end_wait(&mut self, now: Nanos) -> Nanos {
+        let waited = self
+            .waiting_since
+            .take()
+            .map_or(0, |since| now.saturating_sub(since));
+        self.usage.waited += waited;
+        waited
+    }
+
+    fn at(&self, now: Nanos) -> SessionUsage {
+        let mut u = self.usage;
+        u.waited += self
+            .waiting_since
+            .map_or(0, |since| now.saturating_sub(since));
+        u
+    }
 }
 
 #[derive(Debug)]
@@ -152,6 +194,8 @@ pub struct Scheduler {
     revoked: Vec<SessionId>,
     /// When each session's last lease ended.
     lease_log: LeaseLog,
+    /// What each process got and waited, until [`Scheduler::take_session_usage`].
+    books: BTreeMap<SessionId, SessionBook>,
     /// Virtual clock: never behind the smallest virtual time of an active client.
     vclock: f64,
     started: Nanos,
@@ -170,6 +214,7 @@ impl Scheduler {
             demand: Demands::default(),
             revoked: Vec::new(),
             lease_log: LeaseLog::default(),
+            books: BTreeMap::new(),
             vclock: 0.0,
             started: now,
         }
@@ -234,6 +279,7 @@ impl Scheduler {
                         charged_total: 0,
                         gpu_total: 0,
                         grants: 0,
+                        waited_total: 0,
                     },
                 );
             }
@@ -247,6 +293,9 @@ impl Scheduler {
         if let Some(c) = self.clients.remove(&id) {
             for s in c.waiting {
                 self.demand.remove(s);
+                if let Some(b) = self.books.get_mut(&s) {
+                    b.end_wait(now);
+                }
             }
         }
         for h in self.holders.iter().filter(|h| h.client == id) {
@@ -281,6 +330,8 @@ impl Scheduler {
         }
         if !c.waiting.contains(&session) {
             c.waiting.push_back(session);
+            let book = self.books.entry(session).or_default();
+            book.waiting_since.get_or_insert(now);
         }
         self.demand.add(session);
     }
@@ -302,9 +353,11 @@ impl Scheduler {
     fn end_lease(&mut self, h: Lease, busy_ns: Nanos, now: Nanos) {
         let wall = now.saturating_sub(h.start);
         let busy = busy_ns.min(wall);
+        let owed = h.owed.round() as Nanos;
         if let Some(c) = self.clients.get_mut(&h.client) {
             c.gpu_total += busy;
-            c.charge(h.owed.round() as Nanos, now);
+            c.charge(owed, now);
+            self.books.entry(h.session).or_default().usage.charged += owed;
         }
         self.demand.learn(h.session, busy, wall, h.alone, now);
         self.lease_log.ended(h.session, now);
@@ -327,7 +380,10 @@ impl Scheduler {
         let quantum = self.quantum;
         let h = &mut self.holders[i];
         let c = self.clients.get_mut(&h.client)?;
-        c.charge(h.owed.round() as Nanos, now);
+        let owed = h.owed.round() as Nanos;
+        c.charge(owed, now);
+        let book = self.books.entry(session).or_default();
+        book.usage.charged += owed;
         c.refill(now, burst);
         if c.credit <= 0.0 {
             // over its limit: the lease ends as usual and the client waits for credit
@@ -336,6 +392,7 @@ impl Scheduler {
             return None;
         }
         c.grants += 1;
+        book.usage.grants += 1;
         let alone = self.holders.len() == 1;
         let h = &mut self.holders[i];
         *h = Lease {
@@ -364,9 +421,28 @@ impl Scheduler {
         self.release(session, 0, now);
         self.demand.remove(session);
         self.lease_log.forget(session);
+        let book = self.books.get_mut(&session);
+        let waited = book.map_or(0, |b| b.end_wait(now));
         for c in self.clients.values_mut() {
-            c.waiting.retain(|s| *s != session);
+            if c.waiting.contains(&session) {
+                c.waiting.retain(|s| *s != session);
+                c.waited_total += waited;
+            }
         }
+    }
+
+    /// What `session` got and waited so far (zero for one the scheduler has not seen).
+    pub fn session_usage(&self, session: SessionId, now: Nanos) -> SessionUsage {
+        self.books
+            .get(&session)
+            .map_or_else(SessionUsage::default, |b| b.at(now))
+    }
+
+    /// The final [`SessionUsage`] of a session that is gone, forgotten by the scheduler.
+    pub fn take_session_usage(&mut self, session: SessionId, now: Nanos) -> SessionUsage {
+        self.books
+            .remove(&session)
+            .map_or_else(SessionUsage::default, |b| b.at(now))
     }
 
     /// The sessions whose leases were revoked since the last call: tell them.
@@ -482,6 +558,9 @@ impl Scheduler {
         let c = self.clients.get_mut(&id)?;
         let session = c.waiting.pop_front()?;
         c.grants += 1;
+        let book = self.books.entry(session).or_default();
+        book.usage.grants += 1;
+        c.waited_total += book.end_wait(now);
         let alone = self.holders.is_empty();
         for h in &mut self.holders {
             h.alone = false;
@@ -558,11 +637,18 @@ impl Scheduler {
             .filter(|(end, _)| *end >= from)
             .map(|(_, ns)| ns)
             .sum();
+        let waiting_now: Nanos = c
+            .waiting
+            .iter()
+            .filter_map(|s| self.books.get(s)?.waiting_since)
+            .map(|since| now.saturating_sub(since))
+            .sum();
         Some(Usage {
             share: (recent as f64 / span).min(1.0),
             charged_total: c.charged_total,
             gpu_total: c.gpu_total,
             grants: c.grants,
+            waited_total: c.waited_total + waiting_now,
             waiting: c.waiting.len(),
             holding: self.holds(id),
         })
@@ -952,6 +1038,38 @@ mod tests {
         assert_eq!(s.poll(5 * MS), None);
         assert_eq!(s.next_wakeup(5 * MS), None);
         assert_eq!(s.usage(1, 5 * MS).unwrap().charged_total, 5 * MS);
+    }
+
+    #[test]
+    fn waiting_for_a_grant_is_measured_per_process_and_client() {
+        let mut s = Scheduler::new(20 * MS, 0);
+        s.set_client(1, shares(0.5, 1.0), 0);
+        s.set_client(2, shares(0.5, 1.0), 0);
+        s.acquire(1, 10, 0);
+        assert_eq!(s.poll(0).unwrap().session, 10, "granted at once");
+        s.acquire(2, 20, 5 * MS);
+        s.acquire(2, 21, 8 * MS);
+        assert_eq!(s.poll(5 * MS), None);
+        // waits going on count up to now
+        assert_eq!(s.session_usage(20, 15 * MS).waited, 10 * MS);
+        assert_eq!(s.usage(2, 15 * MS).unwrap().waited_total, 10 * MS + 7 * MS);
+        // asking again while in line changes nothing
+        s.acquire(2, 20, 16 * MS);
+        s.release(10, 0, 20 * MS);
+        assert_eq!(s.poll(20 * MS).unwrap().session, 20);
+        let u = s.session_usage(20, 30 * MS);
+        assert_eq!((u.waited, u.grants, u.charged), (15 * MS, 1, 0));
+        let a = s.session_usage(10, 30 * MS);
+        assert_eq!((a.waited, a.grants, a.charged), (0, 1, 20 * MS));
+        // a process that goes while in line: its wait ends there
+        s.session_gone(21, 25 * MS);
+        assert_eq!(s.take_session_usage(21, 40 * MS).waited, 17 * MS);
+        assert_eq!(s.take_session_usage(21, 40 * MS), SessionUsage::default());
+        assert_eq!(s.usage(2, 40 * MS).unwrap().waited_total, 15 * MS + 17 * MS);
+        // a charge reaches the holder's books at release
+        s.release(20, 0, 32 * MS);
+        assert_eq!(s.session_usage(20, 40 * MS).charged, 12 * MS);
+        assert_eq!(s.usage(1, 40 * MS).unwrap().waited_total, 0);
     }
 
     #[test]

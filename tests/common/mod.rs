@@ -103,7 +103,22 @@ impl Daemon {
     }
 
     pub fn start_with(config: &str, bus: Option<&TestBus>, env: &[(&str, &str)]) -> Daemon {
+        Self::start_full(config, bus, env, None)
+    }
+
+    /// A daemon that keeps its usage in `state` (default: a directory of its own).
+    pub fn start_with_state(config: &str, bus: Option<&TestBus>, state: &Path) -> Daemon {
+        Self::start_full(config, bus, &[], Some(state))
+    }
+
+    fn start_full(
+        config: &str,
+        bus: Option<&TestBus>,
+        env: &[(&str, &str)],
+        state: Option<&Path>,
+    ) -> Daemon {
         let dir = open_tempdir();
+        let state = state.map_or_else(|| dir.path().join("state"), Path::to_path_buf);
         let config_path = dir.path().join("gpushare.toml");
         std::fs::write(&config_path, config).unwrap();
         let sockdir = dir.path().join("run");
@@ -113,6 +128,8 @@ impl Daemon {
             .arg(&config_path)
             .arg("--socket-dir")
             .arg(&sockdir)
+            .arg("--state-dir")
+            .arg(&state)
             .arg("--bus")
             .arg(bus.map_or("none", |b| b.address.as_str()))
             .arg("--log")
@@ -199,6 +216,22 @@ impl Daemon {
             .find(|c| c["name"] == name)
             .cloned()
             .unwrap_or_else(|| panic!("no client {name}"))
+    }
+
+    /// Stops the daemon as systemd does (SIGTERM) and waits for it to exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for gpushared") {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "gpushared did not stop within 30 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
@@ -341,4 +374,70 @@ pub fn relay() -> &'static Path {
         assert!(status.success(), "building the relay failed");
         bin
     })
+}
+
+/// A process of user `uid` (python3) that attaches to `socket` as `client` ("" for the user's
+/// default client) and holds `leases` leases of `hold` each, one after the other; it prints "ok"
+/// and exits when done.
+pub fn hold_leases_as(uid: u32, socket: &Path, client: &str, leases: u32, hold: Duration) -> Child {
+    use std::os::unix::process::CommandExt;
+    let hex = |r: Request| -> String {
+        r.to_frame()
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let script = r#"
+import socket, struct, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+hello, acquire, release = (bytes.fromhex(a) for a in sys.argv[2:5])
+def reply():
+    data = b''
+    while len(data) < 4 or len(data) < 4 + struct.unpack('<I', data[:4])[0]:
+        chunk = s.recv(65536)
+        if not chunk:
+            sys.exit('the daemon closed the connection')
+        data += chunk
+    return data[4]
+s.sendall(hello)
+assert reply() == 1, 'no welcome'
+for _ in range(int(sys.argv[5])):
+    s.sendall(acquire)
+    assert reply() == 2, 'no grant'
+    time.sleep(float(sys.argv[6]))
+    s.sendall(release)
+print('ok', flush=True)
+"#;
+    Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(socket)
+        .arg(hex(Request::Hello {
+            version: PROTOCOL_VERSION,
+            client: client.into(),
+            reserved: 0,
+        }))
+        .arg(hex(Request::Acquire))
+        .arg(hex(Request::Release { busy_ns: 0 }))
+        .arg(leases.to_string())
+        .arg(hold.as_secs_f64().to_string())
+        .uid(uid)
+        .gid(uid)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 must be installed")
+}
+
+/// Waits for a [`hold_leases_as`] process and checks that it held all its leases.
+pub fn expect_done(child: Child) {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && stdout(&out).trim() == "ok",
+        "the client process failed: {} {}",
+        stdout(&out),
+        stderr(&out)
+    );
 }

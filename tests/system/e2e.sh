@@ -9,7 +9,8 @@
 # under $E2E_CACHE), boots a copy of it with systemd-nspawn, and checks inside:
 # install, start with sd-notify readiness, watchdog, D-Bus API and policy,
 # authorization of writes, CLI, reload, upgrade, profile.d opt-in, the packaged
-# hook with a CUDA program, compute mode and MPS under the unit's sandbox,
+# hook with a CUDA program, usage accounting and the metrics endpoint, compute
+# mode and MPS under the unit's sandbox,
 # journald logs, stop, and that a purge leaves nothing behind.
 #
 # Runs as root. Needs no GPU: the daemon runs with [gpu] nvml = false, and the
@@ -266,12 +267,18 @@ ctr usermod -aG gpuadmins carol
 # Placed before installing, kept by --force-confold: the first start already
 # runs with it. nvml = false: there is no GPU here.
 mkdir -p "$root/etc/gpushare"
+# The container shares the host's network: a port of its own for the metrics.
+metrics_port=$((20000 + $$ % 20000))
+# Written beside and renamed into place: the daemon watches the file, and must
+# never read it half written.
 write_config() {
-    cat >"$root/etc/gpushare/gpushare.toml" <<EOF
+    cat >"$root/etc/gpushare/gpushare.toml.new" <<EOF
 [daemon]
 admin_groups = ["gpuadmins"]
 [gpu]
 nvml = false
+[metrics]
+listen = "127.0.0.1:$metrics_port"
 [defaults]
 limit = 1.0
 [clients.train]
@@ -280,6 +287,7 @@ limit = 1.0
 memory = "1GiB"
 users = ["bob", "carol"]
 EOF
+    mv "$root/etc/gpushare/gpushare.toml.new" "$root/etc/gpushare/gpushare.toml"
 }
 write_config 0.25
 
@@ -491,6 +499,14 @@ if [ -f "$fakes/fake_cuda.c" ] && [ -f "$fakes/client.c" ] && command -v gcc >/d
     check "hook: the attached process is listed" output_matches '[0-9]' client_field train pids
     sleep 3
     check "hook: memory is freed when the process exits" near memory_used 0 "$(client_field train memory_used)"
+    check "usage: gpushare usage shows bob's GPU time" \
+        output_matches '^bob +[0-9]' as dave gpushare usage --by user
+    check "metrics: bob's leases of client train are counted" \
+        output_matches '^gpushare_client_leases_total\{client="train",user="bob"\} [1-9]' \
+        ctr perl -MIO::Socket::INET -e '
+            my $s = IO::Socket::INET->new("127.0.0.1:'"$metrics_port"'") or die "connect: $!";
+            print $s "GET /metrics HTTP/1.0\r\n\r\n";
+            print while <$s>;'
 
     # ---- restarts and upgrades keep control ----
     # Four processes of bob (client "train", 1 GiB cap) hold 64 MiB each and
@@ -665,6 +681,7 @@ check "journalctl -u gpushare shows the daemon's own log" daemon_logged
 check "systemctl stop gpushare" ctr systemctl stop gpushare.service
 check "stopped cleanly: inactive, result success" unit_state inactive success
 check "no gpushared process is left" ctr sh -c '! pgrep -a gpushared'
+check "usage is kept in /var/lib/gpushare" ctr test -s /var/lib/gpushare/usage.db
 
 # ---- purge ----
 ctr systemctl start gpushare.service
@@ -677,7 +694,7 @@ left_behind() {
         if [ -e "$f" ] || [ -L "$f" ]; then echo "left: $f"; fi
     done </root/files' >"$work/left"
     if [ -s "$work/left" ]; then cat "$work/left"; left=1; fi
-    for f in /etc/gpushare /var/log/gpushare /run/gpushare /usr/share/doc/gpushare \
+    for f in /etc/gpushare /var/log/gpushare /var/lib/gpushare /run/gpushare /usr/share/doc/gpushare \
              /etc/systemd/system/multi-user.target.wants/gpushare.service \
              /etc/systemd/system/sockets.target.wants/gpushare.socket \
              /lib/systemd/system/gpushare.service /lib/systemd/system/gpushare.socket; do

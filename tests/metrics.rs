@@ -1,0 +1,351 @@
+//! The Prometheus endpoint of a real gpushared: the exposition text as scraped, config reloads
+//! that move it or get its address wrong, and a real Prometheus scraping and querying it.
+
+mod common;
+use common::*;
+use gpushare::protocol::{Reply, Request};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` over HTTP/1.0: the status and the body, or `None` when nothing listens.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+fn scrape(port: u16) -> String {
+    let (status, body) = get(port, "/metrics").expect("the metrics endpoint answers");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Samples of the exposition text: `name{labels}` to value. Checks that every sample's family
+/// has HELP and TYPE lines and that the text ends as OpenMetrics requires.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let mut typed = Vec::new();
+    let mut helped = Vec::new();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            typed.push(rest.split(' ').next().unwrap().to_string());
+        } else if let Some(rest) = line.strip_prefix("# HELP ") {
+            helped.push(rest.split(' ').next().unwrap().to_string());
+        } else if !line.starts_with('#') {
+            let (series, value) = line.rsplit_once(' ').expect("name and value");
+            let name = series.split('{').next().unwrap();
+            assert!(
+                typed.iter().any(|t| name.starts_with(t.as_str())),
+                "{name} has no TYPE line"
+            );
+            assert!(helped.iter().any(|t| name.starts_with(t.as_str())));
+            out.insert(series.to_string(), value.parse().expect("a number"));
+        }
+    }
+    out
+}
+
+fn config(port: u16) -> String {
+    format!(
+        "[daemon]\nquantum = \"10s\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n\
+         [clients.train]\nrequest = 0.5\nmemory = \"4GiB\"\nusers = [\"*\"]\n"
+    )
+}
+
+#[test]
+fn a_scrape_reports_usage_per_client_and_user() {
+    let port = free_port();
+    let d = Daemon::start(&config(port), None);
+    wait_for("the metrics endpoint", Duration::from_secs(20), || {
+        get(port, "/metrics").is_some()
+    });
+    let mut p = d.connect();
+    assert!(matches!(p.hello("train"), Reply::Welcome { .. }));
+    p.send(&Request::Reserve { bytes: 1 << 20 });
+    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 << 20 }));
+    p.send(&Request::Acquire);
+    assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
+    std::thread::sleep(Duration::from_millis(300));
+    p.send(&Request::Release { busy_ns: 0 });
+
+    let train = "{client=\"train\",user=\"root\"}";
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .name;
+    let train = train.replace("root", &user);
+    let mut m = BTreeMap::new();
+    wait_for("the lease to be charged", Duration::from_secs(20), || {
+        m = samples(&scrape(port));
+        m.get(&format!("gpushare_client_gpu_seconds_total{train}"))
+            .is_some_and(|v| *v >= 0.3)
+    });
+    assert_eq!(m[&format!("gpushare_client_leases_total{train}")], 1.0);
+    assert!(m.contains_key(&format!("gpushare_client_wait_seconds_total{train}")));
+    assert!(m.contains_key(&format!("gpushare_client_memory_byte_seconds_total{train}")));
+    assert_eq!(m[&format!("gpushare_client_processes{train}")], 1.0);
+    assert_eq!(
+        m[&format!("gpushare_client_memory_used_bytes{train}")],
+        (1u64 << 20) as f64
+    );
+    assert_eq!(
+        m["gpushare_client_memory_cap_bytes{client=\"train\"}"],
+        (4u64 << 30) as f64
+    );
+    assert_eq!(m["gpushare_client_request_ratio{client=\"train\"}"], 0.5);
+    assert_eq!(m["gpushare_attached_processes"], 1.0);
+    assert_eq!(m["gpushare_config_reload_failures_total"], 0.0);
+    assert_eq!(m["gpushare_config_last_reload_successful"], 1.0);
+    assert_eq!(m["gpushare_mps_restarts_total"], 0.0);
+    let text = scrape(port);
+    assert!(
+        text.contains("# TYPE gpushare_client_gpu_seconds counter\n")
+            && text.contains("# UNIT gpushare_client_gpu_seconds seconds\n")
+            && text.contains("# HELP gpushare_client_gpu_seconds "),
+        "{text}"
+    );
+
+    // the process goes: its usage stays counted, the gauges drop
+    drop(p);
+    wait_for("the process to be gone", Duration::from_secs(10), || {
+        samples(&scrape(port))["gpushare_attached_processes"] == 0.0
+    });
+    let m = samples(&scrape(port));
+    assert!(m[&format!("gpushare_client_gpu_seconds_total{train}")] >= 0.3);
+    assert_eq!(m[&format!("gpushare_client_processes{train}")], 0.0);
+
+    // only /metrics is served
+    assert_eq!(get(port, "/").unwrap().0, 404);
+    assert_eq!(get(port, "/metrics/x").unwrap().0, 404);
+}
+
+#[test]
+fn a_reload_moves_the_endpoint_and_a_bad_address_keeps_it() {
+    let port = free_port();
+    let d = Daemon::start(&config(port), None);
+    wait_for("the metrics endpoint", Duration::from_secs(20), || {
+        get(port, "/metrics").is_some()
+    });
+    // a bad address: refused, said why, and the endpoint stays where it is
+    std::fs::write(&d.config, config(port).replace("127.0.0.1:", "127.0.0.1:x")).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the reload to be refused", Duration::from_secs(10), || {
+        samples(&scrape(port))["gpushare_config_reload_failures_total"] >= 1.0
+    });
+    assert!(d.log().contains("metrics.listen"), "{}", d.log());
+    assert_eq!(
+        samples(&scrape(port))["gpushare_config_last_reload_successful"],
+        0.0
+    );
+    // a good one moves it
+    let other = free_port();
+    std::fs::write(&d.config, config(other)).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the endpoint to move", Duration::from_secs(10), || {
+        get(other, "/metrics").is_some() && get(port, "/metrics").is_none()
+    });
+    assert_eq!(
+        samples(&scrape(other))["gpushare_config_last_reload_successful"],
+        1.0
+    );
+    // and without [metrics] it is off
+    std::fs::write(&d.config, "[clients.train]\nusers = [\"*\"]\n").unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the endpoint to go", Duration::from_secs(10), || {
+        get(other, "/metrics").is_none()
+    });
+}
+
+/// A running Prometheus, stopped when dropped.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(binary: &Path, target: u16) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: gpushare\n    scrape_interval: 1s\n    \
+                 scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("start prometheus");
+        let p = Prometheus {
+            child,
+            port,
+            _dir: dir,
+        };
+        wait_for("Prometheus to be ready", Duration::from_secs(60), || {
+            get(port, "/-/ready").is_some_and(|(s, _)| s == 200)
+        });
+        p
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// The result vector of an instant query: each series' labels and value.
+    fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (status, body) =
+            get(self.port, &format!("/api/v1/query?query={encoded}")).expect("Prometheus answers");
+        assert_eq!(status, 200, "{promql}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "success", "{body}");
+        v["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let value = r["value"][1].as_str().unwrap().parse().unwrap();
+                (r["metric"].clone(), value)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find_prometheus() -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .chain(["/usr/bin", "/usr/sbin"])
+        .map(|d| Path::new(d).join("prometheus"))
+        .find(|p| p.is_file())
+}
+
+#[test]
+fn prometheus_scrapes_the_daemon_and_sums_usage_by_user() {
+    let Some(binary) = find_prometheus() else {
+        assert!(
+            !nix::unistd::Uid::effective().is_root(),
+            "prometheus is not installed: apt-get install prometheus (tests/run.sh does)"
+        );
+        eprintln!("SKIPPED: prometheus is not installed and not running as root to install it");
+        return;
+    };
+    require_root();
+    let dave = test_user("gpstest-dave");
+    let port = free_port();
+    let d = Daemon::start(&config(port), None);
+    let prom = Prometheus::start(&binary, port);
+    wait_for(
+        "Prometheus's first scrape",
+        Duration::from_secs(120),
+        || {
+            prom.query("up{job=\"gpushare\"}")
+                .first()
+                .is_some_and(|(_, v)| *v == 1.0)
+        },
+    );
+
+    // two users busy until Prometheus has seen enough: root's process as train, dave's as his
+    // default client
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Ends the busy loop however the test ends, so that a failure does not hang it.
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            let mut p = d.connect();
+            p.hello("train");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                p.send(&Request::Acquire);
+                assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
+                std::thread::sleep(Duration::from_millis(100));
+                p.send(&Request::Release { busy_ns: 0 });
+            }
+        });
+        let mut dave = hold_leases_as(dave, &d.socket, "", 1_000_000, Duration::from_millis(100));
+        let mut by_user = Vec::new();
+        let of = |rows: &[(serde_json::Value, f64)], u: &str| {
+            rows.iter()
+                .find(|(m, _)| m["user"] == u)
+                .map_or(0.0, |x| x.1)
+        };
+        wait_for(
+            "Prometheus to see both users' GPU time",
+            Duration::from_secs(120),
+            || {
+                by_user = prom.query("sum by (user) (gpushare_client_gpu_seconds_total)");
+                of(&by_user, "root") >= 0.5 && of(&by_user, "gpstest-dave") >= 0.5
+            },
+        );
+        assert_eq!(by_user.len(), 2, "{by_user:?}");
+        // the rate over a few scrapes: each user's processes use GPU time
+        let mut rate = Vec::new();
+        wait_for(
+            "a rate of GPU time per user",
+            Duration::from_secs(120),
+            || {
+                rate = prom.query("sum by (user) (rate(gpushare_client_gpu_seconds_total[10s]))");
+                of(&rate, "root") > 0.0 && of(&rate, "gpstest-dave") > 0.0
+            },
+        );
+        let leases = prom.query("sum(gpushare_client_leases_total)");
+        assert!(leases[0].1 >= 2.0, "{leases:?}");
+        let processes = prom.query("sum(gpushare_client_processes)");
+        assert_eq!(processes[0].1, 2.0, "{processes:?}");
+        let _ = dave.kill();
+        let _ = dave.wait();
+    });
+    let up = prom.query("up{job=\"gpushare\"}");
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert_eq!(up[0].1, 1.0, "{}", prom.log());
+}

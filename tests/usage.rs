@@ -1,0 +1,210 @@
+//! Usage accounting of a real gpushared: kept in its state directory across restarts, read with
+//! `gpushare usage` through the D-Bus API.
+
+mod common;
+use common::*;
+use gpushare::protocol::{Reply, Request};
+use std::path::Path;
+use std::time::Duration;
+
+/// Leases last long enough for the test to end them itself.
+const CONFIG: &str =
+    "[daemon]\nquantum = \"10s\"\n[clients.train]\nrequest = 0.5\nusers = [\"*\"]\n";
+
+const MS: u64 = 1_000_000;
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn usage(d: &Daemon, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["--json", "usage"];
+    all.extend_from_slice(args);
+    let out = d.cli(&all);
+    assert!(out.status.success(), "gpushare {all:?}: {}", stderr(&out));
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .expect("usage --json is JSON")
+        .as_array()
+        .expect("a list")
+        .clone()
+}
+
+/// The entry of `name` in a usage list grouped by `key`.
+fn entry<'a>(rows: &'a [serde_json::Value], key: &str, name: &str) -> &'a serde_json::Value {
+    rows.iter()
+        .find(|r| r[key] == name)
+        .unwrap_or_else(|| panic!("no {key} {name} in {rows:?}"))
+}
+
+fn gpu_ns(rows: &[serde_json::Value], key: &str, name: &str) -> u64 {
+    entry(rows, key, name)["gpu_ns"].as_u64().unwrap()
+}
+
+/// Moves every hour recorded in `state`'s database `days` into the past.
+fn age_usage(state: &Path, days: i64) {
+    let db = rusqlite::Connection::open(state.join("usage.db")).unwrap();
+    db.execute("UPDATE usage SET hour = hour - ?1", [days * 86400])
+        .unwrap();
+}
+
+#[test]
+fn usage_is_kept_across_restarts_by_user_and_client() {
+    require_root();
+    let carol = test_user("gpstest-carol");
+    let bus = TestBus::start();
+    let state = open_tempdir();
+    let mut d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+
+    // root's process as client train: a lease of at least 400 ms, and 1 GiB held
+    let mut p = d.connect();
+    assert!(matches!(p.hello("train"), Reply::Welcome { .. }));
+    p.send(&Request::Reserve { bytes: 1 << 30 });
+    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 << 30 }));
+    p.send(&Request::Acquire);
+    assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
+    std::thread::sleep(Duration::from_millis(400));
+    p.send(&Request::Release { busy_ns: 0 });
+    // a usage query samples the daemon: from here on the memory held counts
+    usage(&d, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(p);
+
+    // carol's process, as her default client (which goes with it): two leases of 150 ms
+    expect_done(hold_leases_as(
+        carol,
+        &d.socket,
+        "",
+        2,
+        Duration::from_millis(150),
+    ));
+    wait_for(
+        "carol's default client to go",
+        Duration::from_secs(10),
+        || {
+            !d.clients_json()
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == "user.gpstest-carol")
+        },
+    );
+
+    let users = usage(&d, &["--by", "user"]);
+    let clients = usage(&d, &["--by", "client"]);
+    assert!(gpu_ns(&users, "user", "root") >= 400 * MS, "{users:?}");
+    assert!(
+        gpu_ns(&users, "user", "gpstest-carol") >= 300 * MS,
+        "{users:?}"
+    );
+    assert!(
+        gpu_ns(&clients, "client", "train") >= 400 * MS,
+        "{clients:?}"
+    );
+    assert!(
+        gpu_ns(&clients, "client", "user.gpstest-carol") >= 300 * MS,
+        "{clients:?}"
+    );
+    let train = entry(&clients, "client", "train");
+    assert_eq!(train["leases"], 1);
+    let memory = train["memory_byte_seconds"].as_f64().unwrap();
+    assert!(
+        memory >= 1.5 * GIB,
+        "1 GiB held for 1.5 s or more: {memory}"
+    );
+    assert_eq!(entry(&clients, "client", "user.gpstest-carol")["leases"], 2);
+
+    // anyone may read it
+    let out = d.cli_as(Some(carol), &["usage", "--by", "client"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.starts_with("CLIENT") && table.contains("train") && table.contains("GPU TIME"),
+        "{table}"
+    );
+
+    // stopped as systemd stops it, and started again on the same directory
+    assert!(d.stop().success(), "{}", d.log());
+    drop(d);
+    let mut d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    assert_eq!(
+        usage(&d, &["--by", "user"]),
+        users,
+        "the same usage after a restart"
+    );
+    assert_eq!(usage(&d, &["--by", "client"]), clients);
+
+    // three days later, as far as the database knows
+    assert!(d.stop().success());
+    drop(d);
+    age_usage(state.path(), 3);
+    let d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    assert!(
+        usage(&d, &["--since", "1d"]).is_empty(),
+        "nothing in the last day"
+    );
+    assert!(usage(&d, &["--since", "2days"]).is_empty());
+    let week = usage(&d, &["--since", "7d"]);
+    assert_eq!(
+        gpu_ns(&week, "user", "root"),
+        gpu_ns(&users, "user", "root")
+    );
+    assert_eq!(week.len(), 2, "{week:?}");
+    assert_eq!(usage(&d, &[]).len(), 2, "no --since: everything");
+    let days = usage(&d, &["--by", "day"]);
+    assert!(
+        !days.is_empty() && days.len() <= 2,
+        "the hours recorded fall in one or two days: {days:?}"
+    );
+    let day = days[0]["day"].as_str().unwrap();
+    assert!(day.len() == 10 && day.as_bytes()[4] == b'-', "{day}");
+
+    // a bad --since is refused with its reason
+    let out = d.cli(&["usage", "--since", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--since"), "{}", stderr(&out));
+    let out = d.cli(&["usage", "--by", "week"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_state_directory_that_cannot_be_used_leaves_the_daemon_running() {
+    require_root();
+    let bus = TestBus::start();
+    let dir = open_tempdir();
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, "").unwrap();
+    let d = Daemon::start_with_state(CONFIG, Some(&bus), &file);
+    assert!(d.log().contains("usage accounting is off"), "{}", d.log());
+    // it schedules as before; usage says why there is none
+    let mut p = d.connect();
+    p.hello("train");
+    p.send(&Request::Acquire);
+    assert!(matches!(
+        p.recv_within(Duration::from_secs(5)),
+        Some(Reply::Grant { .. })
+    ));
+    let out = d.cli(&["usage"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("usage accounting is off"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_damaged_database_is_moved_aside_and_a_new_one_started() {
+    require_root();
+    let bus = TestBus::start();
+    let state = open_tempdir();
+    std::fs::write(state.path().join("usage.db"), vec![0x5a; 16384]).unwrap();
+    let d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    assert!(usage(&d, &[]).is_empty());
+    let moved = std::fs::read_dir(state.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("usage.db.corrupt-")
+        });
+    assert!(moved, "{}", d.log());
+    assert!(d.log().contains("damaged"), "{}", d.log());
+}
