@@ -1,53 +1,65 @@
-//! Tables for people and JSON for programs.
+//! Tables for people and JSON for programs, from the status document (see [`super::source`]).
 
 use crate::units::format_bytes;
-use std::collections::HashMap;
-use zbus::zvariant::{OwnedValue, Value};
+use serde_json::Value;
 
-type Dict = HashMap<String, OwnedValue>;
-
-fn json(v: &Value<'_>) -> serde_json::Value {
-    use serde_json::Value as J;
-    match v {
-        Value::U8(n) => J::from(*n),
-        Value::Bool(b) => J::from(*b),
-        Value::I16(n) => J::from(*n),
-        Value::U16(n) => J::from(*n),
-        Value::I32(n) => J::from(*n),
-        Value::U32(n) => J::from(*n),
-        Value::I64(n) => J::from(*n),
-        Value::U64(n) => J::from(*n),
-        Value::F64(n) => J::from(*n),
-        Value::Str(s) => J::from(s.as_str()),
-        Value::Array(a) => J::Array(a.iter().map(json).collect()),
-        Value::Value(inner) => json(inner),
-        other => J::from(other.to_string()),
+/// A field as text: strings as themselves, nothing as "", anything else as JSON.
+pub(super) fn text(d: &Value, key: &str) -> String {
+    match &d[key] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
     }
 }
 
-fn dict_json(d: &Dict) -> serde_json::Value {
-    let mut keys: Vec<&String> = d.keys().collect();
-    keys.sort();
-    serde_json::Value::Object(keys.into_iter().map(|k| (k.clone(), json(&d[k]))).collect())
+pub(super) fn num(d: &Value, key: &str) -> f64 {
+    d[key].as_f64().unwrap_or(0.0)
 }
 
-fn get<'a, T: TryFrom<&'a Value<'a>>>(d: &'a Dict, key: &str) -> Option<T> {
-    d.get(key).and_then(|v| T::try_from(v).ok())
+/// A byte count, or "unlimited" for 0 (how the API writes "no cap").
+pub(super) fn cap_cell(d: &Value, key: &str) -> String {
+    match d[key].as_u64() {
+        Some(0) | None => "unlimited".into(),
+        Some(b) => format_bytes(Some(b)),
+    }
 }
 
-fn text(d: &Dict, key: &str) -> String {
-    d.get(key)
-        .map(|v| match json(v) {
-            serde_json::Value::String(s) => s,
-            other => other.to_string(),
+pub(super) fn bytes_cell(d: &Value, key: &str) -> String {
+    format_bytes(d[key].as_u64())
+}
+
+pub(super) fn list(d: &Value, key: &str) -> Vec<String> {
+    d[key]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect()
         })
         .unwrap_or_default()
 }
 
-fn bytes_cell(d: &Dict, key: &str) -> String {
-    match get::<u64>(d, key) {
-        Some(0) | None => "unlimited".into(),
-        Some(b) => format_bytes(Some(b)),
+/// What a client does now: running (holds the token), waiting, idle (attached) or "-".
+pub(super) fn client_state(c: &Value) -> &'static str {
+    if c["holding"].as_bool().unwrap_or(false) {
+        "running"
+    } else if c["waiting"].as_u64().unwrap_or(0) > 0 {
+        "waiting"
+    } else if list(c, "pids").is_empty() {
+        "-"
+    } else {
+        "idle"
+    }
+}
+
+pub(super) fn class(c: &Value) -> &'static str {
+    if c["interactive"].as_bool().unwrap_or(false) {
+        "interactive"
+    } else {
+        "batch"
     }
 }
 
@@ -72,50 +84,28 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-fn client_rows(clients: &[Dict]) -> Vec<Vec<String>> {
+fn client_rows(clients: &[Value]) -> Vec<Vec<String>> {
     clients
         .iter()
         .map(|c| {
-            let pids: Vec<String> = match c.get("pids").map(|v| json(v)) {
-                Some(serde_json::Value::Array(a)) => a.iter().map(|p| p.to_string()).collect(),
-                _ => vec![],
-            };
-            let state = if get::<bool>(c, "holding").unwrap_or(false) {
-                "running"
-            } else if get::<u32>(c, "waiting").unwrap_or(0) > 0 {
-                "waiting"
-            } else if pids.is_empty() {
-                "-"
-            } else {
-                "idle"
-            };
             vec![
                 text(c, "name"),
                 text(c, "origin"),
-                if get::<bool>(c, "interactive").unwrap_or(false) {
-                    "interactive".into()
-                } else {
-                    "batch".into()
-                },
-                format!("{:.2}", get::<f64>(c, "request").unwrap_or(0.0)),
-                format!("{:.2}", get::<f64>(c, "limit").unwrap_or(0.0)),
-                format!("{:.1}%", 100.0 * get::<f64>(c, "share_used").unwrap_or(0.0)),
-                format!(
-                    "{}/{}",
-                    format_bytes(get::<u64>(c, "memory_used")),
-                    bytes_cell(c, "memory")
-                ),
-                state.into(),
-                pids.join(","),
+                class(c).into(),
+                format!("{:.2}", num(c, "request")),
+                format!("{:.2}", num(c, "limit")),
+                format!("{:.1}%", 100.0 * num(c, "share_used")),
+                format!("{}/{}", bytes_cell(c, "memory_used"), cap_cell(c, "memory")),
+                client_state(c).into(),
+                list(c, "pids").join(","),
             ]
         })
         .collect()
 }
 
-pub fn clients(as_json: bool, clients: &[Dict]) {
+pub fn clients(as_json: bool, clients: &[Value]) {
     if as_json {
-        let v: Vec<serde_json::Value> = clients.iter().map(dict_json).collect();
-        println!("{}", serde_json::Value::Array(v));
+        println!("{}", Value::Array(clients.to_vec()));
         return;
     }
     table(
@@ -126,33 +116,28 @@ pub fn clients(as_json: bool, clients: &[Dict]) {
     );
 }
 
-pub fn status(
-    as_json: bool,
-    version: &str,
-    config_path: &str,
-    config_error: &str,
-    attached: u32,
-    devices: &[Dict],
-    clients_: &[Dict],
-) {
+/// `status`: the document as it is (`--json`), or the daemon, a table of devices and one of
+/// clients.
+pub fn status(as_json: bool, doc: &Value) {
     if as_json {
-        let v = serde_json::json!({
-            "version": version,
-            "config_path": config_path,
-            "config_error": config_error,
-            "attached_processes": attached,
-            "devices": devices.iter().map(dict_json).collect::<Vec<_>>(),
-            "clients": clients_.iter().map(dict_json).collect::<Vec<_>>(),
-        });
-        println!("{v}");
+        println!("{doc}");
         return;
     }
-    println!("gpushared {version}, config {config_path}");
+    println!(
+        "gpushared {}, config {}",
+        text(doc, "version"),
+        text(doc, "config_path")
+    );
+    let config_error = text(doc, "config_error");
     if !config_error.is_empty() {
         println!("config error (running the previous config): {config_error}");
     }
-    println!("{attached} processes attached");
+    println!(
+        "{} processes attached",
+        doc["attached_processes"].as_u64().unwrap_or(0)
+    );
     println!();
+    let devices = doc["devices"].as_array().cloned().unwrap_or_default();
     if devices.is_empty() {
         println!("no devices managed (NVML off or not available)");
     } else {
@@ -166,8 +151,8 @@ pub fn status(
                     text(d, "mps"),
                     format!(
                         "{}/{}",
-                        format_bytes(get::<u64>(d, "memory_used")),
-                        format_bytes(get::<u64>(d, "memory_total"))
+                        bytes_cell(d, "memory_used"),
+                        bytes_cell(d, "memory_total")
                     ),
                 ]
             })
@@ -175,5 +160,8 @@ pub fn status(
         table(&["GPU", "NAME", "COMPUTE MODE", "MPS", "MEMORY"], rows);
     }
     println!();
-    clients(false, clients_);
+    clients(
+        false,
+        doc["clients"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+    );
 }

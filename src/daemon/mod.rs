@@ -9,6 +9,7 @@ pub mod identity;
 pub mod service_notify;
 pub mod socket_server;
 pub mod state;
+pub mod status;
 
 use crate::bus::BusChoice;
 use crate::config::Config;
@@ -113,7 +114,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 state: state.clone(),
                 wake: wake.clone(),
                 use_polkit: matches!(choice, BusChoice::System),
-                devices,
+                devices: devices.clone(),
                 reload: reload.clone(),
             };
             let connect = choice
@@ -141,6 +142,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         listener,
         state.clone(),
         wake.clone(),
+        devices,
         hello_timeout,
     ));
     tokio::spawn(socket_server::run_scheduler_clock(
