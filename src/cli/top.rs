@@ -195,7 +195,7 @@ fn draw(f: &mut Frame<'_>, view: &View) {
     let attached: BTreeSet<String> = clients.iter().flat_map(|c| list(c, "pids")).collect();
     let [head, devices_area, clients_area, foot] = Layout::vertical([
         Constraint::Length(1),
-        Constraint::Length(devices.len().max(1) as u16 + 3),
+        Constraint::Length(devices.len() as u16 + 3),
         Constraint::Min(4),
         Constraint::Length(1),
     ])
@@ -216,13 +216,14 @@ fn draw(f: &mut Frame<'_>, view: &View) {
     let header = |cells: &[&'static str]| {
         Row::new(cells.to_vec()).style(Style::new().add_modifier(Modifier::REVERSED))
     };
-    let device_rows: Vec<Row> = if devices.is_empty() {
-        vec![Row::new(vec![
-            "-".to_string(),
-            "no devices managed (NVML off or not available)".into(),
-        ])]
+    let devices_block = Block::bordered().title(" devices ");
+    if devices.is_empty() {
+        f.render_widget(
+            Paragraph::new("no devices managed (NVML off or not available)").block(devices_block),
+            devices_area,
+        );
     } else {
-        devices
+        let device_rows: Vec<Row> = devices
             .iter()
             .map(|d| {
                 let lost = unattached(d, &attached);
@@ -244,31 +245,31 @@ fn draw(f: &mut Frame<'_>, view: &View) {
                     },
                 ])
             })
-            .collect()
-    };
-    let device_table = Table::new(
-        device_rows,
-        [
-            Constraint::Length(4),
-            Constraint::Min(16),
-            Constraint::Length(5),
-            Constraint::Length(17),
-            Constraint::Length(8),
-            Constraint::Length(18),
-            Constraint::Min(12),
-        ],
-    )
-    .header(header(&[
-        "GPU",
-        "NAME",
-        "UTIL",
-        "MEMORY",
-        "MPS",
-        "COMPUTE MODE",
-        "UNATTACHED PIDS",
-    ]))
-    .block(Block::bordered().title(" devices "));
-    f.render_widget(device_table, devices_area);
+            .collect();
+        let device_table = Table::new(
+            device_rows,
+            [
+                Constraint::Length(4),
+                Constraint::Min(16),
+                Constraint::Length(5),
+                Constraint::Length(17),
+                Constraint::Length(8),
+                Constraint::Length(18),
+                Constraint::Min(12),
+            ],
+        )
+        .header(header(&[
+            "GPU",
+            "NAME",
+            "UTIL",
+            "MEMORY",
+            "MPS",
+            "COMPUTE MODE",
+            "UNATTACHED PIDS",
+        ]))
+        .block(devices_block);
+        f.render_widget(device_table, devices_area);
+    }
 
     let client_rows: Vec<Row> = clients
         .iter()
