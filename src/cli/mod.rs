@@ -24,7 +24,7 @@ use zbus::zvariant::OwnedValue;
 #[derive(Debug, Parser)]
 #[command(name = "gpushare", version)]
 pub struct Cli {
-    /// D-Bus bus the daemon serves on: system, session, or an address (unix:path=...).
+    /// D-Bus bus the daemon serves on: system, session, an address (unix:path=...), or none.
     #[arg(long, global = true, default_value = "system", env = "GPUSHARE_BUS")]
     pub bus: BusChoice,
     /// The daemon's socket: for check, and for status, clients and top when no bus serves the
