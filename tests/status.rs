@@ -273,12 +273,9 @@ fn busy_process(d: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()
     std::thread::spawn(move || {
         c.send(&Request::Acquire);
         while !stop.load(Ordering::Relaxed) {
-            match c.recv_within(Duration::from_secs(2)) {
-                Some(Reply::Grant { lease_ns, .. }) => {
-                    std::thread::sleep(Duration::from_nanos(lease_ns.min(50_000_000)));
-                    c.send(&Request::Renew { busy_ns: lease_ns });
-                }
-                Some(_) | None => {}
+            if let Some(Reply::Grant { lease_ns, .. }) = c.recv_within(Duration::from_secs(2)) {
+                std::thread::sleep(Duration::from_nanos(lease_ns.min(50_000_000)));
+                c.send(&Request::Renew { busy_ns: lease_ns });
             }
         }
     })
