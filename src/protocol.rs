@@ -260,10 +260,7 @@ impl Frame {
         self.put(&b[..n]);
     }
     fn str(&mut self, s: &str) {
-        let b = s.as_bytes();
-        let n = b.len().min(u16::MAX as usize);
-        self.put(&(n as u16).to_le_bytes());
-        self.put(&b[..n]);
+        self.bytes(s.as_bytes());
     }
     fn finish(mut self) -> Result<Frame, DecodeError> {
         if self.overflow {

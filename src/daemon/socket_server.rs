@@ -53,9 +53,7 @@ pub fn from_systemd() -> std::io::Result<Option<UnixListener>> {
     let listener = unsafe { StdListener::from_raw_fd(fd) };
     listener.set_nonblocking(true)?;
     listener.local_addr().map_err(|e| {
-        std::io::Error::other(format!(
-            "the socket systemd passed is not a Unix socket: {e}"
-        ))
+        std::io::Error::other(format!("the socket systemd passed is not a Unix socket: {e}"))
     })?;
     UnixListener::from_std(listener).map(Some)
 }
