@@ -23,7 +23,8 @@ use tokio::signal::unix::{signal, SignalKind};
 /// How often the view reads the daemon again.
 const REFRESH: Duration = Duration::from_secs(1);
 
-/// What the screen shows: the last document read and, when the last read failed, why.
+/// What the screen shows: the last document read and, when the last read failed, why (the
+/// error names each way to the daemon that was tried).
 struct View {
     doc: Value,
     error: Option<String>,
@@ -88,13 +89,13 @@ pub async fn run(bus: &BusChoice, socket: &Path) -> Result<(), Failure> {
                 view.error = None;
             }
             // The daemon restarted or went away: find it again, either way.
-            Err(e) => match Source::open(bus, socket).await {
+            Err(_) => match Source::open(bus, socket).await {
                 Ok((s, doc)) => {
                     source = s;
                     view.doc = doc;
                     view.error = None;
                 }
-                Err(f) => view.error = Some(format!("{e}; {}", f.message)),
+                Err(f) => view.error = Some(f.message),
             },
         }
     }
@@ -331,7 +332,7 @@ fn draw(f: &mut Frame<'_>, view: &View) {
     f.render_widget(client_table, clients_area);
 
     let footer = match &view.error {
-        Some(e) => Line::from(format!("cannot read gpushared: {e}")).red(),
+        Some(e) => Line::from(e.as_str()).red(),
         None => Line::from("q: quit"),
     };
     f.render_widget(Paragraph::new(footer), foot);
