@@ -51,3 +51,39 @@ impl BusChoice {
         }
     }
 }
+
+/// The D-Bus dictionaries (ListClients, ListDevices) as JSON objects, keys sorted: one shape for
+/// the CLI's `--json` and the socket's status document.
+pub fn dict_json(
+    d: &std::collections::HashMap<String, zbus::zvariant::OwnedValue>,
+) -> serde_json::Value {
+    let mut keys: Vec<&String> = d.keys().collect();
+    keys.sort();
+    serde_json::Value::Object(
+        keys.into_iter()
+            .map(|k| (k.clone(), value_json(&d[k])))
+            .collect(),
+    )
+}
+
+/// One D-Bus value as JSON: numbers, booleans, strings and arrays of them as themselves, anything
+/// else as its text.
+pub fn value_json(v: &zbus::zvariant::Value<'_>) -> serde_json::Value {
+    use serde_json::Value as J;
+    use zbus::zvariant::Value;
+    match v {
+        Value::U8(n) => J::from(*n),
+        Value::Bool(b) => J::from(*b),
+        Value::I16(n) => J::from(*n),
+        Value::U16(n) => J::from(*n),
+        Value::I32(n) => J::from(*n),
+        Value::U32(n) => J::from(*n),
+        Value::I64(n) => J::from(*n),
+        Value::U64(n) => J::from(*n),
+        Value::F64(n) => J::from(*n),
+        Value::Str(s) => J::from(s.as_str()),
+        Value::Array(a) => J::Array(a.iter().map(value_json).collect()),
+        Value::Value(inner) => value_json(inner),
+        other => J::from(other.to_string()),
+    }
+}

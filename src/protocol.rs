@@ -17,6 +17,12 @@
 //! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early. The
 //! daemon never trusts what a client says about who it is: identity comes from the socket's
 //! peer credentials.
+//!
+//! Any process may open a connection whose first and only request is [`Request::Status`]: it
+//! never attaches; the daemon answers with the status document (what the D-Bus methods
+//! ListClients and ListDevices tell everyone, as JSON) in [`Reply::Status`] frames of at most
+//! [`MAX_FRAME`] bytes each, every one but the last flagged [`STATUS_MORE`], and closes the
+//! connection. [`StatusReader`] puts the document back together.
 
 use std::fmt;
 
@@ -43,6 +49,13 @@ pub const SCHED_INTERACTIVE: u32 = 1;
 /// share the GPU); the process does not hold its launches back for its queue, where its work also
 /// waits for theirs.
 pub const GRANT_SHARED: u32 = 1;
+/// [`Reply::Status`] flag: more of the document follows in the next frame.
+pub const STATUS_MORE: u32 = 1;
+/// Most bytes of the status document one [`Reply::Status`] frame carries.
+pub const STATUS_CHUNK: usize = MAX_FRAME - 7;
+/// Longest status document a reader accepts (the daemon's document for hundreds of clients is a
+/// few hundred KiB).
+pub const MAX_STATUS: usize = 16 << 20;
 
 /// What a client process asks of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +92,9 @@ pub enum Request {
     /// [`Reply::Revoke`] on it when the process must end its lease early. `session` is the id
     /// from the Welcome; the peer must be the same process.
     Watch { session: u64 },
+    /// First and only request on a connection that reads the daemon's status, open to every
+    /// user: answered by [`Reply::Status`] frames, after which the daemon closes the connection.
+    Status,
 }
 
 /// What the daemon answers.
@@ -124,6 +140,9 @@ pub enum Reply {
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
+    /// A piece of the status document (UTF-8 JSON, cut anywhere); `flags`: [`STATUS_MORE`] on
+    /// every piece but the last.
+    Status { flags: u32, data: Vec<u8> },
 }
 
 /// Why the daemon refused a request.
@@ -235,11 +254,13 @@ impl Frame {
     fn u64(&mut self, v: u64) {
         self.put(&v.to_le_bytes());
     }
-    fn str(&mut self, s: &str) {
-        let b = s.as_bytes();
+    fn bytes(&mut self, b: &[u8]) {
         let n = b.len().min(u16::MAX as usize);
         self.put(&(n as u16).to_le_bytes());
         self.put(&b[..n]);
+    }
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
     }
     fn finish(mut self) -> Result<Frame, DecodeError> {
         if self.overflow {
@@ -278,9 +299,12 @@ impl<'a> Reader<'a> {
             self.take(8)?.try_into().unwrap_or([0; 8]),
         ))
     }
-    fn str(&mut self) -> Result<String, DecodeError> {
+    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or([0; 2])) as usize;
-        let b = self.take(n)?;
+        self.take(n)
+    }
+    fn str(&mut self) -> Result<String, DecodeError> {
+        let b = self.bytes()?;
         std::str::from_utf8(b)
             .map(str::to_owned)
             .map_err(|_| DecodeError::BadUtf8)
@@ -313,6 +337,7 @@ impl Request {
             Request::Renew { .. } => 6,
             Request::Extend => 7,
             Request::Watch { .. } => 8,
+            Request::Status => 9,
         });
         match self {
             Request::Hello {
@@ -324,7 +349,7 @@ impl Request {
                 f.str(client);
                 f.u64(*reserved);
             }
-            Request::Acquire | Request::Extend => {}
+            Request::Acquire | Request::Extend | Request::Status => {}
             Request::Release { busy_ns } | Request::Renew { busy_ns } => f.u64(*busy_ns),
             Request::Reserve { bytes } | Request::Unreserve { bytes } => f.u64(*bytes),
             Request::Watch { session } => f.u64(*session),
@@ -363,6 +388,7 @@ impl Request {
             6 => Request::Renew { busy_ns: r.u64()? },
             7 => Request::Extend,
             8 => Request::Watch { session: r.u64()? },
+            9 => Request::Status,
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -380,6 +406,7 @@ impl Reply {
             Reply::Error { .. } => 5,
             Reply::NotExtended => 6,
             Reply::Revoke => 7,
+            Reply::Status { .. } => 8,
         });
         match self {
             Reply::Welcome {
@@ -423,6 +450,10 @@ impl Reply {
                 f.str(message);
             }
             Reply::NotExtended | Reply::Revoke => {}
+            Reply::Status { flags, data } => {
+                f.u32(*flags);
+                f.bytes(data);
+            }
         }
         f.finish()
     }
@@ -465,9 +496,61 @@ impl Reply {
             },
             6 => Reply::NotExtended,
             7 => Reply::Revoke,
+            8 => Reply::Status {
+                flags: r.u32()?,
+                data: r.bytes()?.to_vec(),
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
+    }
+}
+
+/// Cuts a status document into the replies that carry it, each within [`MAX_FRAME`].
+pub fn status_replies(doc: &[u8]) -> Vec<Reply> {
+    let mut chunks: Vec<&[u8]> = doc.chunks(STATUS_CHUNK).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
+    }
+    let last = chunks.len() - 1;
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, data)| Reply::Status {
+            flags: if i < last { STATUS_MORE } else { 0 },
+            data: data.to_vec(),
+        })
+        .collect()
+}
+
+/// Puts the status document back together from the daemon's [`Reply::Status`] frames.
+#[derive(Debug, Default)]
+pub struct StatusReader {
+    doc: Vec<u8>,
+}
+
+impl StatusReader {
+    /// Takes the next reply. Returns the whole document after its last piece, `None` while more
+    /// is to come, and an error for a refusal, an unexpected reply or a document longer than
+    /// [`MAX_STATUS`].
+    pub fn push(&mut self, reply: Reply) -> Result<Option<Vec<u8>>, String> {
+        match reply {
+            Reply::Status { flags, data } => {
+                if self.doc.len() + data.len() > MAX_STATUS {
+                    return Err(format!(
+                        "the status document is longer than {MAX_STATUS} bytes"
+                    ));
+                }
+                self.doc.extend_from_slice(&data);
+                if flags & STATUS_MORE != 0 {
+                    Ok(None)
+                } else {
+                    Ok(Some(std::mem::take(&mut self.doc)))
+                }
+            }
+            Reply::Error { message, .. } => Err(message),
+            other => Err(format!("unexpected answer to a status request: {other:?}")),
+        }
     }
 }
 
@@ -505,6 +588,7 @@ mod tests {
             },
             Request::Extend,
             Request::Watch { session: 77 },
+            Request::Status,
         ] {
             let f = r.to_frame().unwrap();
             assert_eq!(Request::decode(payload(&f)).unwrap(), r);
@@ -543,6 +627,14 @@ mod tests {
             Reply::Error {
                 code: ErrorCode::Other(99),
                 message: String::new(),
+            },
+            Reply::Status {
+                flags: STATUS_MORE,
+                data: b"{\"clients\": [".to_vec(),
+            },
+            Reply::Status {
+                flags: 0,
+                data: vec![],
             },
         ] {
             let f = r.to_frame().unwrap();
@@ -632,5 +724,56 @@ mod tests {
                 "prefix {cut} decoded"
             );
         }
+    }
+
+    #[test]
+    fn a_long_status_document_travels_in_frames_within_the_limit() {
+        // multi-byte characters cut at frame borders come back whole
+        let doc = "{\"clients\": [\"é€😀\"]}".repeat(1000);
+        let replies = status_replies(doc.as_bytes());
+        assert!(replies.len() > 1);
+        let mut reader = StatusReader::default();
+        let mut out = None;
+        for (i, r) in replies.into_iter().enumerate() {
+            let f = r.to_frame().unwrap();
+            assert!(f.len() - 4 <= MAX_FRAME);
+            let back = Reply::decode(payload(&f)).unwrap();
+            assert!(out.is_none(), "a piece after the last one");
+            out = reader.push(back).unwrap();
+            assert!(i < 1000);
+        }
+        assert_eq!(out.unwrap(), doc.as_bytes());
+        let empty = status_replies(b"");
+        assert_eq!(empty.len(), 1);
+        assert_eq!(
+            StatusReader::default().push(empty[0].clone()).unwrap(),
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn a_status_reader_refuses_errors_other_replies_and_endless_documents() {
+        let mut r = StatusReader::default();
+        let e = r
+            .push(Reply::Error {
+                code: ErrorCode::Refused,
+                message: "busy".into(),
+            })
+            .unwrap_err();
+        assert_eq!(e, "busy");
+        assert!(StatusReader::default().push(Reply::Revoke).is_err());
+        let mut r = StatusReader::default();
+        let piece = Reply::Status {
+            flags: STATUS_MORE,
+            data: vec![b' '; STATUS_CHUNK],
+        };
+        let mut refused = false;
+        for _ in 0..MAX_STATUS / STATUS_CHUNK + 2 {
+            if r.push(piece.clone()).is_err() {
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "a document without end is refused");
     }
 }

@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use gpushare::protocol::{frame_len, Reply, Request, MAX_FRAME, MAX_NAME};
+use gpushare::protocol::{
+    frame_len, status_replies, Reply, Request, StatusReader, MAX_FRAME, MAX_NAME,
+};
 use proptest::prelude::*;
 use std::io::Write;
 use std::time::Duration;
@@ -27,6 +29,7 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(|busy_ns| Request::Renew { busy_ns }),
         Just(Request::Extend),
         any::<u64>().prop_map(|session| Request::Watch { session }),
+        Just(Request::Status),
     ]
 }
 
@@ -57,6 +60,34 @@ proptest! {
         let mut longer = payload.to_vec();
         longer.push(extra);
         prop_assert!(Request::decode(&longer).is_err());
+    }
+
+    #[test]
+    fn status_documents_of_any_length_travel_in_bounded_frames(
+        doc in proptest::collection::vec(any::<u8>(), 0..20_000)
+    ) {
+        let mut reader = StatusReader::default();
+        let mut whole = None;
+        for reply in status_replies(&doc) {
+            prop_assert!(whole.is_none(), "a piece after the last");
+            let frame = reply.to_frame().unwrap();
+            let n = frame_len(frame[..4].try_into().unwrap()).unwrap();
+            prop_assert!(n <= MAX_FRAME);
+            whole = reader.push(Reply::decode(&frame[4..]).unwrap()).unwrap();
+        }
+        prop_assert_eq!(whole, Some(doc));
+    }
+
+    #[test]
+    fn a_status_reader_fed_arbitrary_payloads_never_panics(
+        payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..16)
+    ) {
+        let mut reader = StatusReader::default();
+        for p in payloads {
+            if let Ok(reply) = Reply::decode(&p) {
+                let _ = reader.push(reply);
+            }
+        }
     }
 
     #[test]

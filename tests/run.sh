@@ -21,6 +21,7 @@ command -v setpriv >/dev/null || missing+=(util-linux)
 command -v man >/dev/null || missing+=(man-db)
 command -v python3 >/dev/null || missing+=(python3)
 command -v prometheus >/dev/null || missing+=(prometheus)
+command -v tmux >/dev/null || missing+=(tmux)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"

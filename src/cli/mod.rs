@@ -4,6 +4,8 @@
 mod check;
 mod output;
 mod run;
+mod source;
+mod top;
 
 use crate::bus::BusChoice;
 use crate::units::parse_bytes;
@@ -17,13 +19,23 @@ use zbus::zvariant::OwnedValue;
 /// Shows and changes what gpushared does, and runs programs under it. Reading needs no
 /// privileges; changing clients needs root, a group in the daemon's admin_groups, or the polkit
 /// action org.gpushare1.manage. Errors from the daemon are printed as its sentence and exit with
-/// status 2.
+/// status 2. status, clients and top read the daemon's D-Bus API and, when no bus serves it, its
+/// socket.
 #[derive(Debug, Parser)]
 #[command(name = "gpushare", version)]
 pub struct Cli {
-    /// D-Bus bus the daemon serves on: system, session, or an address (unix:path=...).
+    /// D-Bus bus the daemon serves on: system, session, an address (unix:path=...), or none.
     #[arg(long, global = true, default_value = "system", env = "GPUSHARE_BUS")]
     pub bus: BusChoice,
+    /// The daemon's socket: for check, and for status, clients and top when no bus serves the
+    /// daemon.
+    #[arg(
+        long,
+        global = true,
+        env = "GPUSHARE_SOCKET",
+        default_value = "/run/gpushare/gpushare.sock"
+    )]
+    pub socket: PathBuf,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -38,6 +50,8 @@ pub enum Command {
     Status,
     /// List clients with their shares and live usage.
     Clients,
+    /// Watch devices and clients live, most share first (q or Ctrl-C quits).
+    Top,
     /// Change a client's request, limit, memory cap or class.
     Set {
         /// Client name.
@@ -97,13 +111,6 @@ pub enum Command {
         /// Attach as this client (default: your user's default client).
         #[arg(long, env = "GPUSHARE_CLIENT", default_value = "")]
         name: String,
-        /// The daemon's socket.
-        #[arg(
-            long,
-            env = "GPUSHARE_SOCKET",
-            default_value = "/run/gpushare/gpushare.sock"
-        )]
-        socket: PathBuf,
     },
     /// Run a program under gpushare: with the hook preloaded, attached as a client.
     Run {
@@ -232,8 +239,9 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         return run::exec(name.as_deref(), &hook, &python, &command)
             .map_err(|message| Failure { message, code: 1 });
     }
-    if let Command::Check { name, socket } = &cli.command {
-        let reply = check::attach(socket, name).map_err(|message| Failure { message, code: 1 })?;
+    if let Command::Check { name } = &cli.command {
+        let reply =
+            check::attach(&cli.socket, name).map_err(|message| Failure { message, code: 1 })?;
         let line = check::describe(&reply).map_err(usage)?;
         if cli.json {
             println!(
@@ -245,31 +253,22 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         }
         return Ok(());
     }
-    let m = proxy(&cli.bus).await?;
     match cli.command {
         Command::Status => {
-            let version = m.version().await?;
-            let config_path = m.config_path().await?;
-            let config_error = m.config_error().await?;
-            let attached = m.attached_processes().await?;
-            let devices = m.list_devices().await?;
-            let clients = m.list_clients().await?;
-            // A daemon from before ListFlaggedProcesses has none to show.
-            let flagged = m.list_flagged_processes().await.unwrap_or_default();
-            output::status(
-                cli.json,
-                &output::Status {
-                    version: &version,
-                    config_path: &config_path,
-                    config_error: &config_error,
-                    attached,
-                    devices: &devices,
-                    flagged: &flagged,
-                    clients: &clients,
-                },
-            );
+            let (_, doc) = source::Source::open(&cli.bus, &cli.socket).await?;
+            output::status(cli.json, &doc);
+            return Ok(());
         }
-        Command::Clients => output::clients(cli.json, &m.list_clients().await?),
+        Command::Clients => {
+            let clients = source::Source::clients(&cli.bus, &cli.socket).await?;
+            output::clients(cli.json, &clients);
+            return Ok(());
+        }
+        Command::Top => return top::run(&cli.bus, &cli.socket).await,
+        _ => {}
+    }
+    let m = proxy(&cli.bus).await?;
+    match cli.command {
         Command::Set {
             name,
             request,
@@ -316,10 +315,20 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Unregister { name } => m.unregister_client(&name).await?,
         Command::Usage { since, by } => {
             let seconds = since.as_deref().map(since_arg).transpose()?.unwrap_or(0);
-            output::usage(cli.json, &by, &m.get_usage(seconds, &by).await?);
+            let rows: Vec<serde_json::Value> = m
+                .get_usage(seconds, &by)
+                .await?
+                .iter()
+                .map(crate::bus::dict_json)
+                .collect();
+            output::usage(cli.json, &by, &rows);
         }
         Command::Reload => m.reload().await?,
-        Command::Run { .. } | Command::Check { .. } => unreachable!("handled above"),
+        Command::Run { .. }
+        | Command::Check { .. }
+        | Command::Status
+        | Command::Clients
+        | Command::Top => unreachable!("handled above"),
     }
     Ok(())
 }

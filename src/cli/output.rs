@@ -1,53 +1,65 @@
-//! Tables for people and JSON for programs.
+//! Tables for people and JSON for programs, from the status document (see [`super::source`]).
 
 use crate::units::format_bytes;
-use std::collections::HashMap;
-use zbus::zvariant::{OwnedValue, Value};
+use serde_json::Value;
 
-type Dict = HashMap<String, OwnedValue>;
-
-fn json(v: &Value<'_>) -> serde_json::Value {
-    use serde_json::Value as J;
-    match v {
-        Value::U8(n) => J::from(*n),
-        Value::Bool(b) => J::from(*b),
-        Value::I16(n) => J::from(*n),
-        Value::U16(n) => J::from(*n),
-        Value::I32(n) => J::from(*n),
-        Value::U32(n) => J::from(*n),
-        Value::I64(n) => J::from(*n),
-        Value::U64(n) => J::from(*n),
-        Value::F64(n) => J::from(*n),
-        Value::Str(s) => J::from(s.as_str()),
-        Value::Array(a) => J::Array(a.iter().map(json).collect()),
-        Value::Value(inner) => json(inner),
-        other => J::from(other.to_string()),
+/// A field as text: strings as themselves, nothing as "", anything else as JSON.
+pub(super) fn text(d: &Value, key: &str) -> String {
+    match &d[key] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
     }
 }
 
-fn dict_json(d: &Dict) -> serde_json::Value {
-    let mut keys: Vec<&String> = d.keys().collect();
-    keys.sort();
-    serde_json::Value::Object(keys.into_iter().map(|k| (k.clone(), json(&d[k]))).collect())
+pub(super) fn num(d: &Value, key: &str) -> f64 {
+    d[key].as_f64().unwrap_or(0.0)
 }
 
-fn get<'a, T: TryFrom<&'a Value<'a>>>(d: &'a Dict, key: &str) -> Option<T> {
-    d.get(key).and_then(|v| T::try_from(v).ok())
+/// A byte count, or "unlimited" for 0 (how the API writes "no cap").
+pub(super) fn cap_cell(d: &Value, key: &str) -> String {
+    match d[key].as_u64() {
+        Some(0) | None => "unlimited".into(),
+        Some(b) => format_bytes(Some(b)),
+    }
 }
 
-fn text(d: &Dict, key: &str) -> String {
-    d.get(key)
-        .map(|v| match json(v) {
-            serde_json::Value::String(s) => s,
-            other => other.to_string(),
+pub(super) fn bytes_cell(d: &Value, key: &str) -> String {
+    format_bytes(d[key].as_u64())
+}
+
+pub(super) fn list(d: &Value, key: &str) -> Vec<String> {
+    d[key]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect()
         })
         .unwrap_or_default()
 }
 
-fn bytes_cell(d: &Dict, key: &str) -> String {
-    match get::<u64>(d, key) {
-        Some(0) | None => "unlimited".into(),
-        Some(b) => format_bytes(Some(b)),
+/// What a client does now: running (holds the token), waiting, idle (attached) or "-".
+pub(super) fn client_state(c: &Value) -> &'static str {
+    if c["holding"].as_bool().unwrap_or(false) {
+        "running"
+    } else if c["waiting"].as_u64().unwrap_or(0) > 0 {
+        "waiting"
+    } else if list(c, "pids").is_empty() {
+        "-"
+    } else {
+        "idle"
+    }
+}
+
+pub(super) fn class(c: &Value) -> &'static str {
+    if c["interactive"].as_bool().unwrap_or(false) {
+        "interactive"
+    } else {
+        "batch"
     }
 }
 
@@ -72,50 +84,28 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-fn client_rows(clients: &[Dict]) -> Vec<Vec<String>> {
+fn client_rows(clients: &[Value]) -> Vec<Vec<String>> {
     clients
         .iter()
         .map(|c| {
-            let pids: Vec<String> = match c.get("pids").map(|v| json(v)) {
-                Some(serde_json::Value::Array(a)) => a.iter().map(|p| p.to_string()).collect(),
-                _ => vec![],
-            };
-            let state = if get::<bool>(c, "holding").unwrap_or(false) {
-                "running"
-            } else if get::<u32>(c, "waiting").unwrap_or(0) > 0 {
-                "waiting"
-            } else if pids.is_empty() {
-                "-"
-            } else {
-                "idle"
-            };
             vec![
                 text(c, "name"),
                 text(c, "origin"),
-                if get::<bool>(c, "interactive").unwrap_or(false) {
-                    "interactive".into()
-                } else {
-                    "batch".into()
-                },
-                format!("{:.2}", get::<f64>(c, "request").unwrap_or(0.0)),
-                format!("{:.2}", get::<f64>(c, "limit").unwrap_or(0.0)),
-                format!("{:.1}%", 100.0 * get::<f64>(c, "share_used").unwrap_or(0.0)),
-                format!(
-                    "{}/{}",
-                    format_bytes(get::<u64>(c, "memory_used")),
-                    bytes_cell(c, "memory")
-                ),
-                state.into(),
-                pids.join(","),
+                class(c).into(),
+                format!("{:.2}", num(c, "request")),
+                format!("{:.2}", num(c, "limit")),
+                format!("{:.1}%", 100.0 * num(c, "share_used")),
+                format!("{}/{}", bytes_cell(c, "memory_used"), cap_cell(c, "memory")),
+                client_state(c).into(),
+                list(c, "pids").join(","),
             ]
         })
         .collect()
 }
 
-pub fn clients(as_json: bool, clients: &[Dict]) {
+pub fn clients(as_json: bool, clients: &[Value]) {
     if as_json {
-        let v: Vec<serde_json::Value> = clients.iter().map(dict_json).collect();
-        println!("{}", serde_json::Value::Array(v));
+        println!("{}", Value::Array(clients.to_vec()));
         return;
     }
     table(
@@ -126,38 +116,27 @@ pub fn clients(as_json: bool, clients: &[Dict]) {
     );
 }
 
-/// What `gpushare status` shows.
-pub struct Status<'a> {
-    pub version: &'a str,
-    pub config_path: &'a str,
-    pub config_error: &'a str,
-    pub attached: u32,
-    pub devices: &'a [Dict],
-    /// Processes the daemon's GPU scan reported and that are still at it.
-    pub flagged: &'a [Dict],
-    pub clients: &'a [Dict],
-}
-
 /// The figures of a flagged process, short: "3GiB > 2GiB", "90% SM without a lease".
-fn flagged_figures(f: &Dict) -> String {
-    let measured = get::<u64>(f, "measured").unwrap_or(0);
+fn flagged_figures(f: &Value) -> String {
+    let measured = f["measured"].as_u64().unwrap_or(0);
     match text(f, "kind").as_str() {
         "memory" => format!(
             "{} > {}",
             format_bytes(Some(measured)),
-            format_bytes(get::<u64>(f, "allowed"))
+            format_bytes(f["allowed"].as_u64())
         ),
         "activity" => format!("{measured}% SM without a lease"),
         _ => "not attached through the hook".into(),
     }
 }
 
-fn flagged_rows(flagged: &[Dict]) -> Vec<Vec<String>> {
+fn flagged_rows(flagged: &[Value]) -> Vec<Vec<String>> {
     flagged
         .iter()
         .map(|f| {
-            let uid = match get::<u32>(f, "uid") {
-                Some(u32::MAX) | None => "-".into(),
+            let uid = match f["uid"].as_u64() {
+                Some(u) if u == u32::MAX as u64 => "-".into(),
+                None => "-".into(),
                 Some(uid) => uid.to_string(),
             };
             let client = match text(f, "client") {
@@ -178,10 +157,9 @@ fn flagged_rows(flagged: &[Dict]) -> Vec<Vec<String>> {
 }
 
 /// Usage rows grouped `by` user, client or day.
-pub fn usage(as_json: bool, by: &str, rows: &[Dict]) {
+pub fn usage(as_json: bool, by: &str, rows: &[Value]) {
     if as_json {
-        let v: Vec<serde_json::Value> = rows.iter().map(dict_json).collect();
-        println!("{}", serde_json::Value::Array(v));
+        println!("{}", Value::Array(rows.to_vec()));
         return;
     }
     if rows.is_empty() {
@@ -195,12 +173,14 @@ pub fn usage(as_json: bool, by: &str, rows: &[Dict]) {
     let table_rows = rows
         .iter()
         .map(|r| {
-            let byte_seconds = get::<f64>(r, "memory_byte_seconds").unwrap_or(0.0);
             vec![
                 text(r, by),
-                duration(get::<u64>(r, "gpu_ns").unwrap_or(0)),
-                format!("{:.2}", byte_seconds / (1u64 << 30) as f64 / 3600.0),
-                duration(get::<u64>(r, "wait_ns").unwrap_or(0)),
+                duration(r["gpu_ns"].as_u64().unwrap_or(0)),
+                format!(
+                    "{:.2}",
+                    num(r, "memory_byte_seconds") / (1u64 << 30) as f64 / 3600.0
+                ),
+                duration(r["wait_ns"].as_u64().unwrap_or(0)),
                 text(r, "leases"),
             ]
         })
@@ -217,34 +197,32 @@ pub fn usage(as_json: bool, by: &str, rows: &[Dict]) {
     );
 }
 
-pub fn status(as_json: bool, s: &Status<'_>) {
+/// `status`: the document as it is (`--json`), or the daemon, a table of devices and one of
+/// clients.
+pub fn status(as_json: bool, doc: &Value) {
     if as_json {
-        let v = serde_json::json!({
-            "version": s.version,
-            "config_path": s.config_path,
-            "config_error": s.config_error,
-            "attached_processes": s.attached,
-            "devices": s.devices.iter().map(dict_json).collect::<Vec<_>>(),
-            "flagged": s.flagged.iter().map(dict_json).collect::<Vec<_>>(),
-            "clients": s.clients.iter().map(dict_json).collect::<Vec<_>>(),
-        });
-        println!("{v}");
+        println!("{doc}");
         return;
     }
-    println!("gpushared {}, config {}", s.version, s.config_path);
-    if !s.config_error.is_empty() {
-        println!(
-            "config error (running the previous config): {}",
-            s.config_error
-        );
+    println!(
+        "gpushared {}, config {}",
+        text(doc, "version"),
+        text(doc, "config_path")
+    );
+    let config_error = text(doc, "config_error");
+    if !config_error.is_empty() {
+        println!("config error (running the previous config): {config_error}");
     }
-    println!("{} processes attached", s.attached);
+    println!(
+        "{} processes attached",
+        doc["attached_processes"].as_u64().unwrap_or(0)
+    );
     println!();
-    if s.devices.is_empty() {
+    let devices = doc["devices"].as_array().cloned().unwrap_or_default();
+    if devices.is_empty() {
         println!("no devices managed (NVML off or not available)");
     } else {
-        let rows = s
-            .devices
+        let rows = devices
             .iter()
             .map(|d| {
                 vec![
@@ -254,22 +232,26 @@ pub fn status(as_json: bool, s: &Status<'_>) {
                     text(d, "mps"),
                     format!(
                         "{}/{}",
-                        format_bytes(get::<u64>(d, "memory_used")),
-                        format_bytes(get::<u64>(d, "memory_total"))
+                        bytes_cell(d, "memory_used"),
+                        bytes_cell(d, "memory_total")
                     ),
                 ]
             })
             .collect();
         table(&["GPU", "NAME", "COMPUTE MODE", "MPS", "MEMORY"], rows);
     }
-    if !s.flagged.is_empty() {
+    let flagged = doc["flagged"].as_array().cloned().unwrap_or_default();
+    if !flagged.is_empty() {
         println!();
         println!("GPU processes flagged by the scan:");
         table(
             &["PID", "UID", "CLIENT", "GPU", "KIND", "SEEN", "ACTION"],
-            flagged_rows(s.flagged),
+            flagged_rows(&flagged),
         );
     }
     println!();
-    clients(false, s.clients);
+    clients(
+        false,
+        doc["clients"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+    );
 }

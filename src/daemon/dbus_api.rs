@@ -67,7 +67,8 @@ pub(crate) fn value<'a>(v: impl Into<Value<'a>>) -> OwnedValue {
     OwnedValue::try_from(v.into()).unwrap_or_else(|_| OwnedValue::from(0u8))
 }
 
-fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
+/// A client as ListClients and GetClient report it.
+pub(crate) fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
     let mut d = HashMap::new();
     d.insert("name".into(), value(r.name.as_str()));
     d.insert("origin".into(), value(r.origin));

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod service_notify;
 pub mod socket_server;
 pub mod state;
+pub mod status;
 pub mod usage;
 
 use crate::bus::BusChoice;
@@ -128,8 +129,8 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 state: state.clone(),
                 wake: wake.clone(),
                 use_polkit: matches!(choice, BusChoice::System),
-                devices,
-                flagged,
+                devices: devices.clone(),
+                flagged: flagged.clone(),
                 reload: reload.clone(),
                 accounting: accounting.clone(),
             };
@@ -165,6 +166,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         listener,
         state.clone(),
         wake.clone(),
+        status::Listers { devices, flagged },
         hello_timeout,
     ));
     tokio::spawn(socket_server::run_scheduler_clock(

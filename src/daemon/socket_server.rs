@@ -3,6 +3,8 @@
 
 use super::identity::Identity;
 use super::state::State;
+use super::status;
+use super::status::Listers;
 use crate::protocol::{frame_len, ErrorCode, Reply, Request, PROTOCOL_VERSION};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::os::unix::fs::PermissionsExt;
@@ -12,6 +14,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Notify};
+
+/// How long a reader of the status document may take to read it.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds the socket (replacing a stale one) and makes it connectable by every user: the daemon
 /// decides who may do what from the peer's credentials.
@@ -59,6 +64,7 @@ pub async fn serve(
     listener: UnixListener,
     state: Arc<Mutex<State>>,
     wake: Arc<Notify>,
+    listers: Listers,
     hello_timeout: Duration,
 ) {
     loop {
@@ -66,8 +72,9 @@ pub async fn serve(
             Ok((stream, _)) => {
                 let state = state.clone();
                 let wake = wake.clone();
+                let listers = listers.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = handle(stream, state, wake, hello_timeout).await {
+                    if let Err(e) = handle(stream, state, wake, listers, hello_timeout).await {
                         tracing::debug!("connection closed: {e}");
                     }
                 });
@@ -123,6 +130,7 @@ async fn handle(
     mut stream: UnixStream,
     state: Arc<Mutex<State>>,
     wake: Arc<Notify>,
+    listers: Listers,
     hello_timeout: Duration,
 ) -> Result<(), String> {
     let cred = getsockopt(&stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
@@ -137,6 +145,18 @@ async fn handle(
         None => return Ok(()),
         Some(Request::Watch { session }) => {
             return watch_loop(&mut stream, &state, session, pid, &mut pending).await;
+        }
+        Some(Request::Status) => {
+            // Read-only and open to all: the same as ListClients and ListDevices over D-Bus.
+            let send = async {
+                for reply in status::replies(&state, &listers).await {
+                    write_reply(&mut stream, &reply).await?;
+                }
+                Ok(())
+            };
+            return tokio::time::timeout(STATUS_TIMEOUT, send)
+                .await
+                .unwrap_or_else(|_| Err(format!("pid {pid} did not read its status in time")));
         }
         Some(Request::Hello { version, .. }) if version != PROTOCOL_VERSION => {
             let msg = format!("protocol version {version} is not {PROTOCOL_VERSION}; update libgpushare or gpushared");
@@ -269,6 +289,7 @@ async fn session_loop(
                         None
                     }
                     Request::Watch { .. } => return Err("Watch on a session connection".into()),
+                    Request::Status => return Err("Status on a session connection".into()),
                     Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
                     Request::Extend => Some(st.extend(session)),
                     Request::Unreserve { bytes } => {
