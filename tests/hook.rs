@@ -349,6 +349,23 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Runs a measurement whose result depends on the machine's timing up to three times, until one
+/// meets its bounds: a scheduling fault fails every try, a busy CI machine rarely fails three
+/// in a row. Panics with every try's complaint.
+fn measured(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
+    let mut complaints = vec![];
+    for _ in 0..3 {
+        match attempt() {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("{what}: {e}; measuring again");
+                complaints.push(e);
+            }
+        }
+    }
+    panic!("{what}: {}", complaints.join("; "));
+}
+
 /// GPU time of each of `pids` over the span all of them ran kernels, and that span.
 fn busy_together(k: &[(u32, u64, u64, String)], pids: &[u32]) -> (Vec<u64>, u64, u64) {
     let span = |pid: u32| {
@@ -1744,44 +1761,40 @@ fn long_kernels_keep_their_shares_with_and_without_synchronization() {
         "[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n",
     );
     for sync in [4, 0] {
-        let dir = tempfile::tempdir().unwrap();
-        let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
-        let solo_log = dir.path().join("solo.log");
-        let op = format!("run:2500:1600000:{sync}:0");
-        let alone = on_shared_gpu(&d, &solo_log, &dir.path().join("solo-gpu"), &[("big", &op)]);
-        let k = kernels(&solo_log);
-        let (busy, from, to) = busy_together(&k, &[alone[0].0]);
-        let solo = busy[0] as f64 / (to - from) as f64;
-        let ran = on_shared_gpu(&d, &log, &gpu, &[("big", &op), ("small", &op)]);
-        let k = kernels(&log);
-        let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
-        let span = (to - from) as f64;
-        let (big, small) = (busy[0] as f64 / span / solo, busy[1] as f64 / span / solo);
-        eprintln!(
-            "sync every {sync}: alone busy {solo:.3}; big {big:.3}, small {small:.3} of solo, {} ms together",
-            (to - from) / 1_000_000
-        );
-        assert!(
-            to - from > 1_500_000_000,
-            "ran together {} ms",
-            (to - from) / 1_000_000
-        );
-        assert!(
-            (big - 0.75).abs() <= 0.03,
-            "sync every {sync}: big got {big:.3}, want 0.75"
-        );
-        assert!(
-            (small - 0.25).abs() <= 0.03,
-            "sync every {sync}: small got {small:.3}, want 0.25"
-        );
-        // all work ran by the end of the program's own time, not seconds later
-        let last = k.iter().map(|x| x.2).max().unwrap();
-        let first = k.iter().map(|x| x.1).min().unwrap();
-        assert!(
-            last - first < 3_200_000_000,
-            "the queue ran {} ms",
-            (last - first) / 1_000_000
-        );
+        measured(&format!("sync every {sync}"), || {
+            let dir = tempfile::tempdir().unwrap();
+            let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+            let solo_log = dir.path().join("solo.log");
+            let op = format!("run:2500:1600000:{sync}:0");
+            let alone = on_shared_gpu(&d, &solo_log, &dir.path().join("solo-gpu"), &[("big", &op)]);
+            let k = kernels(&solo_log);
+            let (busy, from, to) = busy_together(&k, &[alone[0].0]);
+            let solo = busy[0] as f64 / (to - from) as f64;
+            let ran = on_shared_gpu(&d, &log, &gpu, &[("big", &op), ("small", &op)]);
+            let k = kernels(&log);
+            let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
+            let span = (to - from) as f64;
+            let (big, small) = (busy[0] as f64 / span / solo, busy[1] as f64 / span / solo);
+            eprintln!(
+                "sync every {sync}: alone busy {solo:.3}; big {big:.3}, small {small:.3} of solo, {} ms together",
+                (to - from) / 1_000_000
+            );
+            if to - from <= 1_500_000_000 {
+                return Err(format!("ran together {} ms", (to - from) / 1_000_000));
+            }
+            if (big - 0.75).abs() > 0.03 || (small - 0.25).abs() > 0.03 {
+                return Err(format!(
+                    "big got {big:.3}, small {small:.3}, want 0.75 / 0.25"
+                ));
+            }
+            // all work ran by the end of the program's own time, not seconds later
+            let last = k.iter().map(|x| x.2).max().unwrap();
+            let first = k.iter().map(|x| x.1).min().unwrap();
+            if last - first >= 3_200_000_000 {
+                return Err(format!("the queue ran {} ms", (last - first) / 1_000_000));
+            }
+            Ok(())
+        });
     }
 }
 
@@ -1804,16 +1817,20 @@ fn launch_bound_processes_hold_leases_together() {
             .parse()
             .unwrap()
     };
-    let solo = count(&on_shared_gpu(&d, &log, &gpu, &[("", op)])[0].1);
-    let four = on_shared_gpu(&d, &log, &gpu, &[("", op), ("", op), ("", op), ("", op)]);
-    for (_, out) in &four {
-        let n = count(out);
-        eprintln!("alone {solo} kernels, beside three others {n}");
-        assert!(
-            n as f64 >= 0.7 * solo as f64,
-            "{n} kernels beside three others, {solo} alone: the leases did not overlap"
-        );
-    }
+    measured("four launch-bound processes", || {
+        let solo = count(&on_shared_gpu(&d, &log, &gpu, &[("", op)])[0].1);
+        let four = on_shared_gpu(&d, &log, &gpu, &[("", op), ("", op), ("", op), ("", op)]);
+        for (_, out) in &four {
+            let n = count(out);
+            eprintln!("alone {solo} kernels, beside three others {n}");
+            if (n as f64) < 0.7 * solo as f64 {
+                return Err(format!(
+                    "{n} kernels beside three others, {solo} alone: the leases did not overlap"
+                ));
+            }
+        }
+        Ok(())
+    });
 }
 
 /// An interactive client's kernels run at once beside a saturating batch client (whose lease
@@ -1837,46 +1854,51 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
             .parse()
             .unwrap()
     };
-    let mut got = vec![];
-    for client in ["live", "plain"] {
-        let dir = tempfile::tempdir().unwrap();
-        let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
-        let ran = on_shared_gpu(
-            &d,
-            &log,
-            &gpu,
-            &[
-                ("batch", "run:2500:1000000:0:0"),
-                (client, "run:2000:100000:1:5000"),
-            ],
-        );
-        let k = kernels(&log);
-        let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
-        let batch = busy[0] as f64 / (to - from) as f64;
-        eprintln!(
-            "{client}: p99 {} us, batch kept {batch:.3} of the GPU",
-            p99(&ran[1].1)
-        );
-        got.push((p99(&ran[1].1), batch));
-    }
-    let (live, plain) = (got[0], got[1]);
-    // Behaviour, not speed: an interactive kernel waits at most for the running batch kernel and
-    // the bounded queue (a few ms), never for the batch client's 20 ms lease to end, while the
-    // batch-class program waits for whole leases. The bound leaves room for a loaded machine.
-    assert!(
-        live.0 < 20_000,
-        "interactive p99 {} us: it waited for the batch lease to end",
-        live.0
-    );
-    assert!(
-        plain.0 > 10 * live.0,
-        "batch-class p99 {} us vs interactive {} us",
-        plain.0,
-        live.0
-    );
-    assert!(
-        live.1 >= 0.6,
-        "the saturating batch client kept only {:.3} of the GPU",
-        live.1
-    );
+    measured("interactive beside batch", || {
+        let mut got = vec![];
+        for client in ["live", "plain"] {
+            let dir = tempfile::tempdir().unwrap();
+            let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+            let ran = on_shared_gpu(
+                &d,
+                &log,
+                &gpu,
+                &[
+                    ("batch", "run:2500:1000000:0:0"),
+                    (client, "run:2000:100000:1:5000"),
+                ],
+            );
+            let k = kernels(&log);
+            let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
+            let batch = busy[0] as f64 / (to - from) as f64;
+            eprintln!(
+                "{client}: p99 {} us, batch kept {batch:.3} of the GPU",
+                p99(&ran[1].1)
+            );
+            got.push((p99(&ran[1].1), batch));
+        }
+        let (live, plain) = (got[0], got[1]);
+        // Behaviour, not speed: an interactive kernel waits at most for the running batch kernel
+        // and the bounded queue (a few ms), never for the batch client's 20 ms lease to end,
+        // while the batch-class program waits for whole leases.
+        if live.0 >= 20_000 {
+            return Err(format!(
+                "interactive p99 {} us: it waited for the batch lease to end",
+                live.0
+            ));
+        }
+        if plain.0 <= 10 * live.0 {
+            return Err(format!(
+                "batch-class p99 {} us vs interactive {} us",
+                plain.0, live.0
+            ));
+        }
+        if live.1 < 0.6 {
+            return Err(format!(
+                "the saturating batch client kept only {:.3} of the GPU",
+                live.1
+            ));
+        }
+        Ok(())
+    });
 }
