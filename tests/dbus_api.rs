@@ -540,3 +540,50 @@ fn clients_are_objects_with_properties() {
 async fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
     std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await
 }
+
+/// Clients registered over D-Bus, and changes to them, outlive a restart of the daemon: they
+/// are kept in the state directory and registered again at start.
+#[test]
+fn registered_clients_outlive_a_restart() {
+    require_root();
+    let bus = TestBus::start();
+    let state = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    let out = d.cli(&[
+        "register",
+        "in.fer",
+        "--request",
+        "0.2",
+        "--memory",
+        "2GiB",
+        "--user",
+        "*",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = d.cli(&["set", "in.fer", "--request", "0.3", "--limit", "0.9"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = d.cli(&["register", "gone", "--request", "0.1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = d.cli(&["unregister", "gone"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let kept = state.path().join("clients.toml");
+    wait_for(
+        "the registrations to be written",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&kept).is_ok_and(|t| t.contains("in.fer") && t.contains("0.3")),
+    );
+    assert!(d.stop().success());
+
+    let d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    let infer = d.client("in.fer");
+    assert_eq!(infer["origin"], "registered");
+    assert_eq!(infer["request"], 0.3);
+    assert_eq!(infer["limit"], 0.9);
+    assert_eq!(infer["memory"], 2u64 << 30);
+    assert_eq!(infer["users"], serde_json::json!(["*"]));
+    assert!(
+        !stdout(&d.cli(&["clients"])).contains("gone"),
+        "an unregistered client came back"
+    );
+    assert_eq!(d.client("train")["origin"], "config");
+}

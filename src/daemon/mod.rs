@@ -10,6 +10,7 @@ pub mod gpu_events;
 pub mod http;
 pub mod identity;
 pub mod metrics;
+pub mod registrations;
 pub mod service_notify;
 pub mod socket_server;
 pub mod state;
@@ -53,6 +54,14 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         events.clone(),
     )));
     let wake = Arc::new(Notify::new());
+    if let Some(dir) = &state_dir {
+        registrations::restore(&state, dir);
+        tokio::spawn(registrations::keep(
+            state.clone(),
+            dir.clone(),
+            events.subscribe(),
+        ));
+    }
     let accounting = Arc::new(accounting::Accounting::start(state.clone(), state_dir).await);
 
     let owned_socket = activated.is_none();

@@ -578,6 +578,15 @@ impl State {
         Ok(())
     }
 
+    /// The clients registered over D-Bus, as they stand now.
+    pub fn registered_specs(&self) -> Vec<ClientSpec> {
+        self.clients
+            .values()
+            .filter(|c| c.origin == Origin::Registered)
+            .map(|c| c.spec.clone())
+            .collect()
+    }
+
     pub fn unregister(&mut self, name: &str) -> Result<(), StateError> {
         let c = self.clients.get(name).ok_or_else(|| unknown(name))?;
         match c.origin {

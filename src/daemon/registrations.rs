@@ -1,0 +1,186 @@
+//! Clients registered over D-Bus outlive restarts: they are kept in `clients.toml` in the state
+//! directory, as `[clients.NAME]` tables of the config's own format, written (to a new file,
+//! renamed into place) whenever a registered client is added, changed or removed, and registered
+//! again when the daemon starts.
+//!
+//! The file is read with the config's parser, so that what it holds is checked like the config.
+//! A client it names that the config now names too stays the config's; an entry that fails the
+//! checks is logged and left out, and the file is kept as it was until the next change.
+
+use super::state::{Event, State};
+use crate::config::{ClientSpec, Config};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::broadcast;
+
+const FILE: &str = "clients.toml";
+
+/// The clients as the file holds them.
+pub fn render(specs: &[ClientSpec]) -> String {
+    let mut out = String::from(
+        "# Clients registered over D-Bus (RegisterClient, gpushare register), kept by gpushared\n\
+         # across restarts. Written by the daemon: change them with gpushare(1) or D-Bus.\n",
+    );
+    for s in specs {
+        let _ = writeln!(out, "\n[clients.\"{}\"]", s.name);
+        let _ = writeln!(out, "request = {:?}", s.share.request);
+        let _ = writeln!(out, "limit = {:?}", s.share.limit);
+        match s.share.memory {
+            Some(bytes) => {
+                let _ = writeln!(out, "memory = {bytes}");
+            }
+            None => out.push_str("memory = \"unlimited\"\n"),
+        }
+        let _ = writeln!(out, "interactive = {}", s.share.interactive);
+        let _ = writeln!(out, "users = {}", toml_list(&s.access.users));
+        let _ = writeln!(out, "groups = {}", toml_list(&s.access.groups));
+        let _ = writeln!(out, "oversubscribe = {}", s.memory_mode.oversubscribe);
+        if let Some(bytes) = s.memory_mode.resident {
+            let _ = writeln!(out, "resident = {bytes}");
+        }
+        let _ = writeln!(out, "release_cache = {}", s.memory_mode.release_cache);
+    }
+    out
+}
+
+fn toml_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items
+        .iter()
+        .map(|i| toml::Value::String(i.clone()).to_string())
+        .collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// The clients in `text`, checked as the config checks them.
+pub fn parse(text: &str) -> Result<Vec<ClientSpec>, String> {
+    Config::parse(text).map(|c| c.clients.into_values().collect())
+}
+
+/// Registers the clients kept in `dir` (at start).
+pub fn restore(state: &Mutex<State>, dir: &Path) {
+    let path = dir.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            tracing::warn!(
+                "cannot read the registered clients in {}: {e}",
+                path.display()
+            );
+            return;
+        }
+    };
+    let specs = match parse(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(
+                "the registered clients in {} are not valid, none restored: {e}",
+                path.display()
+            );
+            return;
+        }
+    };
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    for spec in specs {
+        let name = spec.name.clone();
+        match st.register(spec) {
+            Ok(()) => tracing::info!(client = %name, "registered client restored"),
+            Err(e) => tracing::warn!(client = %name, "registered client not restored: {e}"),
+        }
+    }
+}
+
+/// Writes the registered clients to `dir` after every change, off the state's lock.
+pub async fn keep(state: Arc<Mutex<State>>, dir: PathBuf, mut events: broadcast::Receiver<Event>) {
+    let mut written = render(
+        &state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .registered_specs(),
+    );
+    loop {
+        match events.recv().await {
+            Ok(Event::Changed { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Ok(_) => continue,
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+        let text = render(
+            &state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .registered_specs(),
+        );
+        if text == written {
+            continue;
+        }
+        let (dir2, text2) = (dir.clone(), text.clone());
+        match tokio::task::spawn_blocking(move || write(&dir2, &text2)).await {
+            Ok(Ok(())) => written = text,
+            Ok(Err(e)) => tracing::warn!(
+                "cannot keep the registered clients in {}: {e}",
+                dir.join(FILE).display()
+            ),
+            Err(e) => tracing::warn!("cannot keep the registered clients: {e}"),
+        }
+    }
+}
+
+fn write(dir: &Path, text: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{FILE}.new"));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, dir.join(FILE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Access, MemoryMode, MpsShare, Share};
+
+    #[test]
+    fn registered_clients_read_back_as_written() {
+        let specs = vec![
+            ClientSpec {
+                name: "in.fer".into(),
+                share: Share {
+                    request: 0.3,
+                    limit: 0.8,
+                    memory: Some(2 << 30),
+                    interactive: true,
+                },
+                mps: MpsShare::default(),
+                memory_mode: MemoryMode {
+                    oversubscribe: true,
+                    resident: Some(1 << 30),
+                    release_cache: true,
+                },
+                access: Access {
+                    users: vec!["bob".into(), "*".into()],
+                    groups: vec!["lab \"a\"".into()],
+                },
+            },
+            ClientSpec {
+                name: "b".into(),
+                share: Share {
+                    request: 0.0,
+                    limit: 1.0,
+                    memory: None,
+                    interactive: false,
+                },
+                mps: MpsShare::default(),
+                memory_mode: MemoryMode::default(),
+                access: Access::default(),
+            },
+        ];
+        let mut back = parse(&render(&specs)).unwrap();
+        back.sort_by(|a, b| b.name.cmp(&a.name));
+        assert_eq!(back, specs);
+    }
+
+    #[test]
+    fn a_damaged_file_is_an_error() {
+        assert!(parse("[clients.x]\nrequest = 2.0\n").is_err());
+        assert!(parse("[clients.x\n").is_err());
+    }
+}
