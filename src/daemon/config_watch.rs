@@ -8,6 +8,11 @@ use std::time::{Duration, SystemTime};
 
 /// How often the file is looked at.
 const POLL: Duration = Duration::from_secs(1);
+/// A changed file is read once it has stayed the same this long: a file written in several
+/// steps (`cat > file`, an editor that truncates first) is never read half written.
+const SETTLE: Duration = Duration::from_millis(300);
+/// A file that keeps changing is read after this long all the same.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(10);
 
 /// Loads the config at `path` and applies it, keeping the old one on error.
 pub fn reload_from_disk(state: &Mutex<State>) -> Result<(), String> {
@@ -37,16 +42,28 @@ fn stamp(path: &PathBuf) -> Option<(SystemTime, u64, u64)> {
     Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
-/// Reloads whenever the file's stamp changes (editors that replace the file included).
+/// Reloads whenever the file's stamp changes (editors that replace the file included), once
+/// the file has settled.
 pub async fn watch_file(path: PathBuf, reload: Arc<dyn Fn() -> Result<(), String> + Send + Sync>) {
     let mut last = stamp(&path);
     loop {
         tokio::time::sleep(POLL).await;
-        let now = stamp(&path);
-        if now != last {
-            last = now;
-            tracing::info!(path = %path.display(), "config file changed");
-            let _ = reload();
+        let mut now = stamp(&path);
+        if now == last {
+            continue;
         }
+        let since = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(SETTLE).await;
+            let again = stamp(&path);
+            if again == now || since.elapsed() >= SETTLE_AT_MOST {
+                now = again;
+                break;
+            }
+            now = again;
+        }
+        last = now;
+        tracing::info!(path = %path.display(), "config file changed");
+        let _ = reload();
     }
 }
