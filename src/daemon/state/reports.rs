@@ -1,0 +1,121 @@
+//! What the state reports: clients with their live usage, and the usage of each process.
+
+use super::*;
+
+/// A client as reported over D-Bus and by the CLI.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClientReport {
+    pub name: String,
+    pub origin: &'static str,
+    pub request: f64,
+    pub limit: f64,
+    /// Memory cap in bytes, `None` for unlimited.
+    pub memory: Option<u64>,
+    pub memory_used: u64,
+    pub interactive: bool,
+    /// Fraction of GPU time charged over the last ten seconds.
+    pub share_used: f64,
+    pub gpu_time_ns: u64,
+    pub charged_ns: u64,
+    pub grants: u64,
+    /// Time its processes waited for a grant.
+    pub waited_ns: u64,
+    pub holding: bool,
+    pub waiting: u32,
+    pub pids: Vec<u32>,
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub mps_thread_percentage: Option<u32>,
+    pub mps_pinned_mem_limit: Option<u64>,
+    pub mps_priority: &'static str,
+    pub oversubscribe: bool,
+    /// Resident budget in bytes, `None` for all of the client's managed memory.
+    pub resident: Option<u64>,
+    pub release_cache: bool,
+}
+
+impl State {
+    pub fn report(&self, name: &str) -> Option<ClientReport> {
+        let c = self.clients.get(name)?;
+        let now = self.now();
+        let u = self.sched.usage(c.id, now)?;
+        Some(ClientReport {
+            name: c.spec.name.clone(),
+            origin: c.origin.as_str(),
+            request: c.spec.share.request,
+            limit: c.spec.share.limit,
+            memory: c.spec.share.memory,
+            memory_used: c.memory_used,
+            interactive: c.spec.share.interactive,
+            share_used: u.share,
+            gpu_time_ns: u.gpu_total,
+            charged_ns: u.charged_total,
+            grants: u.grants,
+            waited_ns: u.waited_total,
+            holding: u.holding,
+            waiting: u.waiting as u32,
+            pids: c
+                .sessions
+                .iter()
+                .filter_map(|s| self.sessions.get(s))
+                .map(|s| s.pid)
+                .collect(),
+            users: c.spec.access.users.clone(),
+            groups: c.spec.access.groups.clone(),
+            mps_thread_percentage: c.spec.mps.thread_percentage,
+            mps_pinned_mem_limit: c.spec.mps.pinned_mem_limit,
+            mps_priority: c.spec.mps.priority.as_str(),
+            oversubscribe: c.spec.memory_mode.oversubscribe,
+            resident: c.spec.memory_mode.resident,
+            release_cache: c.spec.memory_mode.release_cache,
+        })
+    }
+
+    pub fn reports(&self) -> Vec<ClientReport> {
+        self.clients.keys().filter_map(|n| self.report(n)).collect()
+    }
+
+    /// The figures accounting and metrics count from; hands over the processes gone since the
+    /// last call.
+    pub fn usage_snapshot(&mut self) -> UsageSnapshot {
+        let now = self.now();
+        UsageSnapshot {
+            now,
+            sessions: self
+                .sessions
+                .iter()
+                .map(|(id, s)| figures(*id, s, self.sched.session_usage(*id, now)))
+                .collect(),
+            ended: std::mem::take(&mut self.ended),
+            clients: self
+                .clients
+                .values()
+                .map(|c| ClientFigures {
+                    name: c.spec.name.clone(),
+                    request: c.spec.share.request,
+                    limit: c.spec.share.limit,
+                    memory_cap: c.spec.share.memory,
+                    memory_used: c.memory_used,
+                })
+                .collect(),
+            reload_failures: self.reload_failures,
+            config_error: self.config_error.is_some(),
+        }
+    }
+}
+
+pub(super) fn figures(
+    id: SessionId,
+    s: &Session,
+    u: crate::scheduler::SessionUsage,
+) -> SessionFigures {
+    SessionFigures {
+        session: id,
+        user: s.user.clone(),
+        client: s.client.clone(),
+        charged_ns: u.charged,
+        grants: u.grants,
+        waited_ns: u.waited,
+        reserved: s.reserved,
+    }
+}
