@@ -1,5 +1,9 @@
 //! Human units in the config and on the command line: byte sizes ("8GiB", "512MiB",
-//! "unlimited") and durations ("20ms", "2s").
+//! "unlimited") and durations ("20ms", "2s", read by `humantime`).
+//!
+//! Sizes keep a parser of their own: here `K`, `M`, `G` and `T` alone are binary units, as in
+//! nvidia-smi's figures and Slurm's `--mem=16G`, where byte-size crates read them as decimal
+//! (a cap written `16G` would silently shrink by 7%).
 
 use std::time::Duration;
 
@@ -65,30 +69,12 @@ pub fn format_bytes(bytes: Option<u64>) -> String {
     format!("{b}B")
 }
 
-/// Parses a duration: a number with `ns`, `us`, `ms`, `s` or `min`.
+/// Parses a duration as `humantime` does: whole numbers with units (`ns`, `us`, `ms`, `s`,
+/// `min`, `h`, ...), several of them summed ("1s 500ms").
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (examples: \"20ms\", \"2s\")"))?;
-    let secs = match unit.trim() {
-        "ns" => value / 1e9,
-        "us" | "µs" => value / 1e6,
-        "ms" => value / 1e3,
-        "s" => value,
-        "min" => value * 60.0,
-        "" => {
-            return Err(format!(
-                "duration {text:?} needs a unit (ns, us, ms, s, min)"
-            ))
-        }
-        u => return Err(format!("unknown duration unit {u:?} in {text:?}")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {text:?} is out of range"))
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("{text:?} is not a duration ({e}; examples: \"20ms\", \"2s\", \"1s 500ms\")")
+    })
 }
 
 #[cfg(test)]
@@ -127,7 +113,9 @@ mod tests {
         assert_eq!(parse_duration("20ms"), Ok(Duration::from_millis(20)));
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("500us"), Ok(Duration::from_micros(500)));
-        assert!(parse_duration("20").unwrap_err().contains("needs a unit"));
+        assert_eq!(parse_duration("1min"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1s 500ms"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("20").unwrap_err().contains("not a duration"));
         assert!(parse_duration("fast").is_err());
     }
 }
