@@ -241,19 +241,11 @@ async fn watch_loop(
         return refuse(stream, ErrorCode::NotAllowed, message).await;
     }
     loop {
-        tokio::select! {
-            reply = rx.recv() => {
-                // the session closed (its sender went with it)
-                let Some(reply) = reply else { return Ok(()) };
-                write_reply(stream, &reply).await?;
-            }
-            read = stream.read_buf(pending) => {
-                match read {
-                    Ok(0) => return Ok(()),
-                    Ok(_) => return Err("a watch connection sent a request".into()),
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
+        match next_io(stream, &mut rx, pending).await? {
+            // the session closed (its sender went with it), or the process did
+            Io::Closed => return Ok(()),
+            Io::Read => return Err("a watch connection sent a request".into()),
+            Io::Sent => {}
         }
     }
 }
@@ -303,21 +295,40 @@ async fn session_loop(
                 write_reply(stream, &reply).await?;
             }
         }
-        // `read_buf` is cancel-safe: a reply leaving in the other branch never loses part of a
-        // request.
-        tokio::select! {
-            reply = rx.recv() => {
-                let Some(reply) = reply else { return Ok(()) };
-                write_reply(stream, &reply).await?;
-            }
-            read = stream.read_buf(pending) => {
-                match read {
-                    Ok(0) => return Ok(()),
-                    Ok(_) => {}
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
+        if let Io::Closed = next_io(stream, rx, pending).await? {
+            return Ok(());
         }
+    }
+}
+
+/// What a connection's next event was.
+enum Io {
+    /// A reply from the daemon's side went out.
+    Sent,
+    /// Bytes from the peer were added to `pending`.
+    Read,
+    /// The peer closed the connection, or the daemon's side dropped the sender.
+    Closed,
+}
+
+/// Sends the next reply from `rx` or reads what the peer sent, whichever comes first.
+/// `read_buf` is cancel-safe: a reply leaving in the other branch never loses part of a request.
+async fn next_io(
+    stream: &mut UnixStream,
+    rx: &mut mpsc::UnboundedReceiver<Reply>,
+    pending: &mut Vec<u8>,
+) -> Result<Io, String> {
+    tokio::select! {
+        reply = rx.recv() => {
+            let Some(reply) = reply else { return Ok(Io::Closed) };
+            write_reply(stream, &reply).await?;
+            Ok(Io::Sent)
+        }
+        read = stream.read_buf(pending) => match read {
+            Ok(0) => Ok(Io::Closed),
+            Ok(_) => Ok(Io::Read),
+            Err(e) => Err(e.to_string()),
+        },
     }
 }
 
