@@ -237,6 +237,8 @@ impl Daemon {
             .arg(dir.join("gpushare.toml"))
             .arg("--socket-dir")
             .arg(dir.join("run"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
             .args(["--bus", "none", "--log", "warn"])
             .stdout(Stdio::null())
             .spawn()

@@ -54,27 +54,6 @@ impl Link {
         self.stream.set_read_timeout(None)
     }
 
-    /// True when the daemon has closed the connection (checked without waiting; only while
-    /// no reply is due).
-    pub fn is_closed(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: a one-byte buffer of ours; MSG_PEEK leaves any data where it is.
-        let n = unsafe {
-            libc::recv(
-                self.stream.as_raw_fd(),
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        n == 0
-            || (n < 0
-                && !matches!(
-                    io::Error::last_os_error().raw_os_error(),
-                    Some(libc::EAGAIN) | Some(libc::EINTR)
-                ))
-    }
-
     /// Reads the next reply.
     pub fn receive(&mut self) -> io::Result<Reply> {
         let mut header = [0u8; 4];

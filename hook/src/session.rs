@@ -48,6 +48,8 @@ const AWAY: u8 = 4;
 static STATE: AtomicU8 = AtomicU8::new(NOT_TRIED);
 static CAP: AtomicU64 = AtomicU64::new(NO_CAP);
 static LINK_FD: AtomicI32 = AtomicI32::new(-1);
+/// This process's session id with the daemon (for its watch connection).
+static SESSION_ID: AtomicU64 = AtomicU64::new(0);
 static SESSION: ForkSafe<Option<Link>> = ForkSafe::new(None);
 static ATFORK: AtomicBool = AtomicBool::new(false);
 /// Where the daemon is and which client this process attached as (from the first attach).
@@ -176,13 +178,16 @@ fn attach_slow() -> Attach {
             }
             crate::residency::configure(memory_flags, resident);
             lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
-            crate::revocation::watch(&socket, session_id, watch_closed);
             crate::clock::choose(&std::env::var("GPUSHARE_CLOCK").unwrap_or_default());
             CAP.store(memory_cap, Release);
             LINK_FD.store(link.fd(), Release);
             *session = Some(link);
+            SESSION_ID.store(session_id, Release);
+            let attached = settle(MANAGED);
+            // Once managed, so that a daemon gone already is noticed through it.
+            crate::revocation::watch(&socket, session_id, watch_closed);
             let _ = TARGET.set((socket, client));
-            settle(MANAGED)
+            attached
         }
         Ok(Reply::Error { code, message }) => {
             let who = if client.is_empty() {
@@ -291,9 +296,21 @@ fn reattach() {
     {
         let mut session = SESSION.lock();
         if STATE.load(Acquire) == MANAGED {
-            match session.as_ref() {
-                Some(link) if !link.is_closed() => return, // only the watch connection closed
-                _ => lose(&mut session, &"the connection closed"),
+            // A question the daemon answers at once tells whether it is still there.
+            let alive = match session.as_mut() {
+                Some(link) => link.call(&Request::Reserve { bytes: 0 }),
+                None => Err(std::io::ErrorKind::NotConnected.into()),
+            };
+            match alive {
+                Ok(_) => {
+                    // Only the watch connection closed: open it again.
+                    drop(session);
+                    if let Some((socket, _)) = TARGET.get() {
+                        crate::revocation::watch(socket, SESSION_ID.load(Acquire), watch_closed);
+                    }
+                    return;
+                }
+                Err(e) => lose(&mut session, &e),
             }
         }
     }
@@ -380,6 +397,7 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
     lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
     CAP.store(memory_cap, Release);
     LINK_FD.store(link.fd(), Release);
+    SESSION_ID.store(session_id, Release);
     *gate = Lease::NONE;
     lease::withdraw();
     STATE.store(MANAGED, Release);
@@ -507,7 +525,14 @@ pub fn reserve(bytes: u64) -> Reservation {
         }
         r => Err(unexpected(r)),
     })
-    .unwrap_or(Reservation::Unmanaged)
+    .unwrap_or_else(|| {
+        // The daemon may have gone just now: then the allocation is recorded for the next one.
+        if STATE.load(Acquire) == AWAY {
+            Reservation::Away
+        } else {
+            Reservation::Unmanaged
+        }
+    })
 }
 
 pub fn unreserve(bytes: u64) {
