@@ -13,24 +13,10 @@ chmod 755 "$jobdir" "$work/lib" "$work/home"
 cp "$target/libgpushare.so" "$work/lib/" 2>/dev/null && chmod 755 "$work/lib/libgpushare.so"
 uhook="LD_PRELOAD=$work/lib/libgpushare.so GPUSHARE_SOCKET=$work/run/gpushare.sock GPUSHARE_NO_DAEMON=refuse"
 
-# json_line KEY=VALUE...: one JSON object (values as strings, except numbers), for error and note
-# lines in the .jsonl files.
-json_line() {
-  python3 - "$@" <<'PY'
-import json, sys
-out = {}
-for kv in sys.argv[1:]:
-    k, _, v = kv.partition("=")
-    try:
-        out[k] = int(v)
-    except ValueError:
-        try:
-            out[k] = float(v)
-        except ValueError:
-            out[k] = v
-print(json.dumps(out))
-PY
-}
+# json_line KEY=VALUE...: one JSON object for error and note lines in the .jsonl files.
+# shellcheck source=json.sh
+. "$(dirname "${BASH_SOURCE[0]}")/json.sh"
+json_line() { json "$@"; }
 
 # bench_copy FILE...: copies job programs into $jobdir, readable by every user.
 bench_copy() {

@@ -35,50 +35,8 @@ DLOG=$WORK/gpushared.log
 CHECKS=()
 DPID=
 
-json() { # json key=value ... (numbers, true/false/null stay bare; the rest become strings)
-    python3 - "$@" <<'PY'
-import json, sys
-out = {}
-for kv in sys.argv[1:]:
-    k, _, v = kv.partition("=")
-    if v in ("true", "false", "null"):
-        out[k] = {"true": True, "false": False, "null": None}[v]
-    else:
-        try:
-            out[k] = int(v)
-        except ValueError:
-            try:
-                out[k] = float(v)
-            except ValueError:
-                out[k] = v
-print(json.dumps(out), flush=True)
-PY
-}
-
-check() { # check NAME OK key=value...
-    CHECKS+=("$1=$2")
-    json check="$1" ok="$2" "${@:3}"
-}
-
-field() { # field FILE EVENT KEY: a value from the program's JSON output
-    python3 - "$@" <<'PY'
-import json, sys
-path, event, key = sys.argv[1:]
-try:
-    for line in open(path):
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if d.get("event") == event:
-            v = d.get(key)
-            print("null" if v is None else v)
-            sys.exit(0)
-except OSError:
-    pass
-print("null")
-PY
-}
+# shellcheck source=checks.sh
+. "$(dirname "$0")/checks.sh"
 
 wait_until() { # wait_until SECONDS CMD...: 0 once CMD succeeds, 1 at the deadline
     local end=$((SECONDS + $1))
