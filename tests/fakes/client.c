@@ -18,7 +18,11 @@
  *   free:I   frees the I-th allocation (0-based, any kind)     -> "free I -> RESULT"
  *   info     cuMemGetInfo_v2    -> "info free=F total=T"
  *   info1    cuMemGetInfo (v1)  -> "info1 free=F total=T"
- *   total    cuDeviceTotalMem_v2 -> "total T"
+ *   total    cuDeviceTotalMem_v2 of the current device (see device:D) -> "total T"
+ *   device:D  makes device D's primary context current in this (the main) thread:
+ *            cuDeviceGet, cuDevicePrimaryCtxRetain, cuCtxSetCurrent -> "device D -> RESULT";
+ *            the later operations of the main thread (and of a fork child) run on device D,
+ *            those of the threads of threads:T:N do not; create:B allocates on it
  *   fork:OP  runs OP in a fork child and waits for it
  *   getenv:NAME  prints "env NAME=VALUE" after cuInit
  *   rtld_next  prints the file of dlsym(RTLD_NEXT, "cuInit")
@@ -64,6 +68,9 @@ DECL(CUresult, cuDeviceTotalMem, (size_t *, int))
 DECL(CUresult, cuArrayCreate, (void **, const void *))
 DECL(CUresult, cuArrayDestroy, (void *))
 DECL(CUresult, cuCtxSynchronize, (void))
+DECL(CUresult, cuDeviceGet, (int *, int))
+DECL(CUresult, cuDevicePrimaryCtxRetain, (void **, int))
+DECL(CUresult, cuCtxSetCurrent, (void *))
 
 static struct {
   cuInit_t init;
@@ -89,6 +96,9 @@ static struct {
   cuArrayCreate_t array, array3d;
   cuArrayDestroy_t array_destroy;
   cuCtxSynchronize_t sync;
+  cuDeviceGet_t device_get;
+  cuDevicePrimaryCtxRetain_t primary_retain;
+  cuCtxSetCurrent_t set_current;
 } cu;
 
 #if defined(VIA_LINK)
@@ -118,8 +128,12 @@ CUresult cuArrayCreate_v2(void **, const void *);
 CUresult cuArray3DCreate_v2(void **, const void *);
 CUresult cuArrayDestroy(void *);
 CUresult cuCtxSynchronize(void);
+CUresult cuDeviceGet(int *, int);
+CUresult cuDevicePrimaryCtxRetain(void **, int);
+CUresult cuCtxSetCurrent(void *);
 static void resolve(void) {
   cu.sync = cuCtxSynchronize;
+  cu.device_get = cuDeviceGet; cu.primary_retain = cuDevicePrimaryCtxRetain; cu.set_current = cuCtxSetCurrent;
   cu.array = cuArrayCreate_v2; cu.array3d = cuArray3DCreate_v2; cu.array_destroy = cuArrayDestroy;
   cu.init = cuInit; cu.launch = cuLaunchKernel; cu.launch_ptsz = cuLaunchKernel_ptsz;
   cu.launch_ex = cuLaunchKernelEx; cu.coop = cuLaunchCooperativeKernel; cu.graph = cuGraphLaunch;
@@ -186,6 +200,9 @@ static void resolve(void) {
   cu.array3d = (cuArrayCreate_t)sym("cuArray3DCreate", "cuArray3DCreate_v2", 3020, 0);
   cu.array_destroy = (cuArrayDestroy_t)sym("cuArrayDestroy", "cuArrayDestroy", 2000, 0);
   cu.sync = (cuCtxSynchronize_t)sym("cuCtxSynchronize", "cuCtxSynchronize", 2000, 0);
+  cu.device_get = (cuDeviceGet_t)sym("cuDeviceGet", "cuDeviceGet", 2000, 0);
+  cu.primary_retain = (cuDevicePrimaryCtxRetain_t)sym("cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 7000, 0);
+  cu.set_current = (cuCtxSetCurrent_t)sym("cuCtxSetCurrent", "cuCtxSetCurrent", 4000, 0);
 }
 #endif
 
@@ -200,6 +217,7 @@ static void *launcher(void *p) {
 }
 
 static int initialized;
+static int current_device; /* of the main thread, set by device:D */
 static void ensure_init(void) {
   if (initialized) return;
   initialized = 1;
@@ -360,6 +378,17 @@ static void run(const char *op) {
     fflush(stdout);
     return;
   }
+  if (!strcmp(name, "device")) {
+    int dev = -1;
+    void *ctx = NULL;
+    r = cu.device_get(&dev, (int)a);
+    if (r == 0) r = cu.primary_retain(&ctx, dev);
+    if (r == 0) r = cu.set_current(ctx);
+    if (r == 0) current_device = dev;
+    printf("device %llu -> %d\n", a, r);
+    fflush(stdout);
+    return;
+  }
   if (!strcmp(name, "launch") || !strcmp(name, "launch_ptsz") || !strcmp(name, "launch_ex") ||
       !strcmp(name, "coop") || !strcmp(name, "graph") || !strcmp(name, "capture")) {
     CUstream s = NULL;
@@ -390,7 +419,7 @@ static void run(const char *op) {
     if (r == 0) record(K_PTR, p);
     printf("pitch %llu %llu -> %d pitch=%zu\n", a, b, r, pitch);
   } else if (!strcmp(name, "create")) {
-    struct { int type, handle_types, loc_type, loc_id; void *win32; unsigned char flags[8]; } prop = {1, 0, 1, 0, NULL, {0}};
+    struct { int type, handle_types, loc_type, loc_id; void *win32; unsigned char flags[8]; } prop = {1, 0, 1, current_device, NULL, {0}};
     uint64_t h = 0;
     r = cu.create(&h, a, &prop, 0);
     if (r == 0) record(K_HANDLE, h);
@@ -425,7 +454,7 @@ static void run(const char *op) {
     printf("info1 free=%u total=%u -> %d\n", f, t, r);
   } else if (!strcmp(name, "total")) {
     size_t t = 0;
-    r = cu.total(&t, 0);
+    r = cu.total(&t, current_device);
     printf("total %zu -> %d\n", t, r);
   } else {
     fprintf(stderr, "unknown operation %s\n", op);

@@ -1,13 +1,27 @@
 /* A test double of libcuda.so.1 for the hook's tests (no GPU).
  *
+ * Devices: FAKE_CUDA_DEVICES=N (default 1, at most 8) devices, ordinals 0..N-1. Each has a
+ * primary context (cuDevicePrimaryCtxRetain), a fixed handle: device D's is 0xc0 + 0x10 * D
+ * (0xc0, 0xd0, 0xe0, ...). The current context is per thread (cuCtxSetCurrent); a thread that set
+ * none is on device 0 (cuCtxGetCurrent gives 0xc0 then, cuCtxGetDevice 0), and so is one that set a
+ * handle that is none of these. Everything below happens on the device of the calling thread's
+ * current context. UUIDs (cuDeviceGetUuid, cuDeviceGetUuid_v2): the 16 bytes
+ * 66 61 6b 65 ("fake") 00 00 00 00 00 00 00 00 00 00 00 D, i.e. in NVML's text form
+ * "GPU-66616b65-0000-0000-0000-0000000000DD" with DD the ordinal as two lowercase hex digits.
+ *
  * Kernels run synchronously in the launching thread: they sleep the number of
  * nanoseconds that their first kernel parameter points to (a uint64_t), then append
- * "pid start_ns end_ns function\n" to the file named by FAKE_CUDA_LOG.
+ * "pid start_ns end_ns function\n" to the file named by FAKE_CUDA_LOG; on a device D >= 1 the
+ * line is "pid start_ns end_ns function dev=D\n".
  * With FAKE_CUDA_GPU=FILE they are asynchronous instead, on one GPU shared by every process
  * that names the same FILE: a launch returns at once and its kernel runs after all work
- * launched before it, by any process (first come, first served, one kernel at a time); events
- * complete when the work recorded before them has, and synchronize calls wait for that. Device memory is a
- * counter with a fixed total (FAKE_CUDA_TOTAL_MEM bytes, default 16 GiB). Events and streams
+ * launched before it on that device, by any process (first come, first served, one kernel at a
+ * time); device 0 is FILE, device D >= 1 is FILE.D, a queue of its own, so that different
+ * devices run at the same time. Events complete when the work on their device recorded before
+ * them has (the device current at cuEventRecord), and synchronize calls wait for the work of the
+ * current device. Device memory is a counter per device with a fixed total (FAKE_CUDA_TOTAL_MEM
+ * bytes each, default 16 GiB); an allocation counts on the current device (cuMemCreate: on the
+ * device its properties name) and its free gives it back there. Events and streams
  * are trivial, since all work is finished when a launch returns; a stream can capture.
  *
  * Build: gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -o libcuda.so.1 fake_cuda.c
@@ -32,6 +46,7 @@ typedef void *CUstream;
 #define ERR_INVALID_VALUE 1
 #define ERR_OOM 2
 #define ERR_NOT_INITIALIZED 3
+#define ERR_INVALID_DEVICE 101
 #define ERR_NOT_FOUND 500
 #define EXPORT __attribute__((visibility("default")))
 
@@ -39,9 +54,38 @@ struct fake_stream { int capturing; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
-static uint64_t total_mem, used_mem, next_addr = 0x7f0000000000ull;
+#define MAX_DEVICES 8
+static uint64_t total_mem, used_mem[MAX_DEVICES], next_addr = 0x7f0000000000ull;
 #define MAX_ALLOCS 65536
-static struct { uint64_t addr, size; int managed; } allocs[MAX_ALLOCS];
+static struct { uint64_t addr, size; int managed, dev; } allocs[MAX_ALLOCS];
+
+/* FAKE_CUDA_DEVICES, read once. */
+static int device_count(void) {
+  static int n;
+  int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+  if (v) return v;
+  const char *e = getenv("FAKE_CUDA_DEVICES");
+  v = (e && *e) ? atoi(e) : 1;
+  if (v < 1) v = 1;
+  if (v > MAX_DEVICES) v = MAX_DEVICES;
+  __atomic_store_n(&n, v, __ATOMIC_RELAXED);
+  return v;
+}
+static int valid_device(int dev) { return dev >= 0 && dev < device_count(); }
+
+/* Primary contexts: fixed handles that encode the ordinal. */
+#define CTX_BASE 0xc0u
+#define CTX_STEP 0x10u
+static void *device_ctx(int dev) { return (void *)(uintptr_t)(CTX_BASE + CTX_STEP * (unsigned)dev); }
+static __thread void *current_ctx;
+static int ctx_device(void *ctx) {
+  uintptr_t v = (uintptr_t)ctx;
+  if (v < CTX_BASE || (v - CTX_BASE) % CTX_STEP) return 0;
+  uintptr_t dev = (v - CTX_BASE) / CTX_STEP;
+  return dev < (uintptr_t)device_count() ? (int)dev : 0;
+}
+/* The device of the calling thread's current context. */
+static int current_device(void) { return ctx_device(current_ctx); }
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -49,23 +93,27 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void log_kernel(const char *fn, uint64_t start, uint64_t end);
+static void log_kernel(const char *fn, int dev, uint64_t start, uint64_t end);
 
-/* The shared GPU of FAKE_CUDA_GPU: the time its queue runs until, in the file. */
-static uint64_t queued_until; /* this process's work ends then */
-static uint64_t gpu_enqueue(const char *path, uint64_t ns) {
+/* The shared GPUs of FAKE_CUDA_GPU: the time a device's queue runs until, in its file. */
+static uint64_t queued_until[MAX_DEVICES]; /* this process's work on each device ends then */
+static uint64_t device_queued_until(int dev) { return __atomic_load_n(&queued_until[dev], __ATOMIC_ACQUIRE); }
+static uint64_t gpu_enqueue(const char *gpu, int dev, uint64_t ns) {
+  char path[4096];
+  if (dev) snprintf(path, sizeof path, "%s.%d", gpu, dev);
+  else snprintf(path, sizeof path, "%s", gpu);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) return now_ns();
   flock(fd, LOCK_EX);
   uint64_t busy = 0;
   if (pread(fd, &busy, sizeof busy, 0) != sizeof busy) busy = 0;
   uint64_t now = now_ns(), start = busy > now ? busy : now;
-  if (queued_until > start) start = queued_until;
+  if (queued_until[dev] > start) start = queued_until[dev];
   uint64_t end = start + ns;
   if (pwrite(fd, &end, sizeof end, 0) != sizeof end) { /* the test sees wrong timings */ }
   flock(fd, LOCK_UN);
   close(fd);
-  queued_until = end;
+  __atomic_store_n(&queued_until[dev], end, __ATOMIC_RELEASE);
   return start;
 }
 static void sleep_until(uint64_t t) {
@@ -76,12 +124,13 @@ static void sleep_until(uint64_t t) {
 
 static void run_kernel(const char *fn, void **params) {
   uint64_t ns = (params && params[0]) ? *(uint64_t *)params[0] : 0;
+  int dev = current_device();
   const char *gpu = getenv("FAKE_CUDA_GPU");
   if (gpu && *gpu) {
     pthread_mutex_lock(&lock);
-    uint64_t start = gpu_enqueue(gpu, ns);
+    uint64_t start = gpu_enqueue(gpu, dev, ns);
     pthread_mutex_unlock(&lock);
-    log_kernel(fn, start, start + ns);
+    log_kernel(fn, dev, start, start + ns);
     return;
   }
   uint64_t start = now_ns(), end;
@@ -91,15 +140,16 @@ static void run_kernel(const char *fn, void **params) {
   while (ns && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
   }
   end = now_ns();
-  log_kernel(fn, start, end);
+  log_kernel(fn, dev, start, end);
 }
 
-static void log_kernel(const char *fn, uint64_t start, uint64_t end) {
+static void log_kernel(const char *fn, int dev, uint64_t start, uint64_t end) {
   const char *path = getenv("FAKE_CUDA_LOG");
   if (!path || !*path) return;
-  char line[160];
-  int n = snprintf(line, sizeof line, "%d %llu %llu %s\n", (int)getpid(),
-                   (unsigned long long)start, (unsigned long long)end, fn);
+  char line[160], where[16] = "";
+  if (dev) snprintf(where, sizeof where, " dev=%d", dev);
+  int n = snprintf(line, sizeof line, "%d %llu %llu %s%s\n", (int)getpid(),
+                   (unsigned long long)start, (unsigned long long)end, fn, where);
   int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd >= 0) {
     if (write(fd, line, n) != n) { /* a test will notice the missing line */ }
@@ -115,20 +165,22 @@ static void init_mem(void) {
 
 /* Managed memory may exceed the device (it lives on the host when it does not fit) and is
  * not counted as device memory in use. */
-static CUresult mem_alloc_kind(uint64_t *out, uint64_t size, int managed) {
+static CUresult mem_alloc_on(uint64_t *out, uint64_t size, int managed, int dev) {
   if (!initialized) return ERR_NOT_INITIALIZED;
   if (!out || !size) return ERR_INVALID_VALUE;
+  if (!valid_device(dev)) return ERR_INVALID_DEVICE;
   CUresult r = ERR_OOM;
   pthread_mutex_lock(&lock);
   init_mem();
-  if (managed || size <= total_mem - used_mem) {
+  if (managed || size <= total_mem - used_mem[dev]) {
     for (int i = 0; i < MAX_ALLOCS; i++) {
       if (allocs[i].size == 0) {
         allocs[i].addr = next_addr;
         allocs[i].size = size;
         allocs[i].managed = managed;
+        allocs[i].dev = dev;
         next_addr += (size + 0xfffff) & ~0xfffffull;
-        if (!managed) used_mem += size;
+        if (!managed) used_mem[dev] += size;
         *out = allocs[i].addr;
         r = OK;
         break;
@@ -139,6 +191,9 @@ static CUresult mem_alloc_kind(uint64_t *out, uint64_t size, int managed) {
   return r;
 }
 
+static CUresult mem_alloc_kind(uint64_t *out, uint64_t size, int managed) {
+  return mem_alloc_on(out, size, managed, current_device());
+}
 static CUresult mem_alloc(uint64_t *out, uint64_t size) { return mem_alloc_kind(out, size, 0); }
 
 static CUresult mem_free(uint64_t addr) {
@@ -146,7 +201,7 @@ static CUresult mem_free(uint64_t addr) {
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_ALLOCS; i++) {
     if (allocs[i].size && allocs[i].addr == addr) {
-      if (!allocs[i].managed) used_mem -= allocs[i].size;
+      if (!allocs[i].managed) used_mem[allocs[i].dev] -= allocs[i].size;
       allocs[i].size = 0;
       r = OK;
       break;
@@ -167,15 +222,54 @@ EXPORT CUresult cuInit(unsigned flags) {
   return OK;
 }
 EXPORT CUresult cuDriverGetVersion(int *v) { if (!v) return ERR_INVALID_VALUE; *v = 13000; return OK; }
-EXPORT CUresult cuDeviceGetCount(int *n) { if (!initialized) return ERR_NOT_INITIALIZED; *n = 1; return OK; }
-EXPORT CUresult cuDeviceGet(int *d, int ordinal) { if (!initialized) return ERR_NOT_INITIALIZED; if (ordinal) return 101; *d = 0; return OK; }
-EXPORT CUresult cuCtxGetDevice(int *d) { *d = 0; return OK; }
-EXPORT CUresult cuCtxSynchronize(void) { sleep_until(queued_until); return OK; }
-static __thread void *current_ctx;
-EXPORT CUresult cuCtxGetCurrent(void **ctx) { *ctx = initialized ? (current_ctx ? current_ctx : (void *)0xc0) : NULL; return OK; }
+EXPORT CUresult cuDeviceGetCount(int *n) {
+  if (!initialized) return ERR_NOT_INITIALIZED;
+  if (!n) return ERR_INVALID_VALUE;
+  *n = device_count(); return OK;
+}
+EXPORT CUresult cuDeviceGet(int *d, int ordinal) {
+  if (!initialized) return ERR_NOT_INITIALIZED;
+  if (!d) return ERR_INVALID_VALUE;
+  if (!valid_device(ordinal)) return ERR_INVALID_DEVICE;
+  *d = ordinal; return OK;
+}
+typedef struct { unsigned char bytes[16]; } CUuuid;
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, int dev) {
+  if (!initialized) return ERR_NOT_INITIALIZED;
+  if (!uuid) return ERR_INVALID_VALUE;
+  if (!valid_device(dev)) return ERR_INVALID_DEVICE;
+  static const unsigned char fake[4] = {0x66, 0x61, 0x6b, 0x65};
+  memset(uuid->bytes, 0, sizeof uuid->bytes);
+  memcpy(uuid->bytes, fake, sizeof fake);
+  uuid->bytes[15] = (unsigned char)dev;
+  return OK;
+}
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+EXPORT CUresult cuCtxGetDevice(int *d) { if (!d) return ERR_INVALID_VALUE; *d = current_device(); return OK; }
+EXPORT CUresult cuCtxSynchronize(void) { sleep_until(device_queued_until(current_device())); return OK; }
+EXPORT CUresult cuCtxGetCurrent(void **ctx) { *ctx = initialized ? (current_ctx ? current_ctx : device_ctx(0)) : NULL; return OK; }
 EXPORT CUresult cuCtxSetCurrent(void *ctx) { current_ctx = ctx; return OK; }
+static int primary_retained[MAX_DEVICES];
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+  if (!initialized) return ERR_NOT_INITIALIZED;
+  if (!ctx) return ERR_INVALID_VALUE;
+  if (!valid_device(dev)) return ERR_INVALID_DEVICE;
+  __sync_fetch_and_add(&primary_retained[dev], 1);
+  *ctx = device_ctx(dev);
+  return OK;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  if (!initialized) return ERR_NOT_INITIALIZED;
+  if (!valid_device(dev)) return ERR_INVALID_DEVICE;
+  int n = __atomic_load_n(&primary_retained[dev], __ATOMIC_RELAXED);
+  while (n > 0 && !__atomic_compare_exchange_n(&primary_retained[dev], &n, n - 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return OK;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease(int dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) {
-  (void)dev; if (!bytes) return ERR_INVALID_VALUE;
+  if (!bytes) return ERR_INVALID_VALUE;
+  if (!valid_device(dev)) return ERR_INVALID_DEVICE;
   pthread_mutex_lock(&lock); init_mem(); *bytes = total_mem; pthread_mutex_unlock(&lock);
   return OK;
 }
@@ -214,7 +308,7 @@ EXPORT CUresult cuGraphLaunch_ptsz(void *exec, CUstream s) { (void)s; void *p[1]
 /* ---- streams, capture, events ---- */
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, sizeof(struct fake_stream)); return OK; }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(queued_until); return OK; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(device_queued_until(current_device())); return OK; }
 static int is_real_stream(CUstream s) { return (uintptr_t)s > 0x10; }
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
   (void)mode;
@@ -237,7 +331,7 @@ static int events_recorded;
 /* An event is the time the work recorded before it ends (0: none). */
 EXPORT CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(uint64_t)); return OK; }
 EXPORT CUresult cuEventRecord(void *e, CUstream s) {
-  *(uint64_t *)e = queued_until;
+  *(uint64_t *)e = device_queued_until(current_device());
   if (is_real_stream(s) && ((struct fake_stream *)s)->capturing) {
     /* The real driver would invalidate the capture. */
     fprintf(stderr, "fake_cuda: cuEventRecord on a capturing stream\n");
@@ -306,7 +400,9 @@ EXPORT CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
 }
 struct mem_prop { int type, handle_types, loc_type, loc_id; };
 EXPORT CUresult cuMemCreate(uint64_t *handle, size_t n, const struct mem_prop *prop, unsigned long long flags) {
-  (void)flags; if (!prop) return ERR_INVALID_VALUE; return mem_alloc(handle, n);
+  (void)flags; if (!prop) return ERR_INVALID_VALUE;
+  /* CU_MEM_LOCATION_TYPE_DEVICE: on the device it names. */
+  return mem_alloc_on(handle, n, 0, prop->loc_type == 1 ? prop->loc_id : current_device());
 }
 EXPORT CUresult cuMemRelease(uint64_t handle) { return mem_free(handle); }
 struct array_desc { size_t w, h; unsigned format, channels; };
@@ -329,7 +425,8 @@ EXPORT CUresult cuArray3DCreate_v2(void **array, const struct array3d_desc *d) {
 EXPORT CUresult cuArrayDestroy(void *array) { return mem_free((uint64_t)array); }
 EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
   if (!free_ || !total) return ERR_INVALID_VALUE;
-  pthread_mutex_lock(&lock); init_mem(); *free_ = total_mem - used_mem; *total = total_mem; pthread_mutex_unlock(&lock);
+  int dev = current_device();
+  pthread_mutex_lock(&lock); init_mem(); *free_ = total_mem - used_mem[dev]; *total = total_mem; pthread_mutex_unlock(&lock);
   return OK;
 }
 EXPORT CUresult cuMemGetInfo(unsigned *free_, unsigned *total) {
@@ -366,6 +463,13 @@ static const struct entry table[] = {
   E("cuDeviceTotalMem", 3020, 0, cuDeviceTotalMem_v2),
   E("cuCtxSynchronize", 2000, 0, cuCtxSynchronize),
   E("cuCtxGetDevice", 2000, 0, cuCtxGetDevice),
+  E("cuCtxGetCurrent", 4000, 0, cuCtxGetCurrent),
+  E("cuCtxSetCurrent", 4000, 0, cuCtxSetCurrent),
+  E("cuDeviceGetUuid", 9020, 0, cuDeviceGetUuid),
+  E("cuDeviceGetUuid", 11040, 0, cuDeviceGetUuid_v2),
+  E("cuDevicePrimaryCtxRetain", 7000, 0, cuDevicePrimaryCtxRetain),
+  E("cuDevicePrimaryCtxRelease", 7000, 0, cuDevicePrimaryCtxRelease),
+  E("cuDevicePrimaryCtxRelease", 11000, 0, cuDevicePrimaryCtxRelease_v2),
   E("cuGetProcAddress", 11030, 0, cuGetProcAddress),
   E("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2),
   E("cuLaunchKernel", 4000, 0, cuLaunchKernel),
