@@ -21,10 +21,10 @@ restart_at=${RESTART_AT:-15}
 window=${WINDOW:-5}
 mkdir -p "$outdir"
 header >"$out"
-job() { python3 "$root/bench/share/matmul_job.py" "$@"; }
+job=("python3" "$root/bench/share/matmul_job.py")
 
 # Solo rate, without the hook.
-job ref --phase solo --until "$(at 12)" >>"$out"
+"${job[@]}" ref --phase solo --until "$(at 12)" >>"$out"
 
 {
   echo '[daemon]'
@@ -38,7 +38,7 @@ t_restart=$(at $((restart_at + 3)))
 pids=()
 for c in a b; do
   r=$([[ $c == a ]] && echo 0.75 || echo 0.25)
-  env $hook GPUSHARE_CLIENT=$c job "ref.$c" --phase restart --request "$r" --until "$until" \
+  env $hook GPUSHARE_CLIENT=$c "${job[@]}" "ref.$c" --phase restart --request "$r" --until "$until" \
     >"$work/job.$c" 2>"$work/job.$c.err" &
   pids+=($!)
 done
@@ -52,7 +52,7 @@ sleep 1
 DAEMON_LOG=info gpushared_start "$work/gpushare.toml" "$outdir/restart.gpushared.log" || exit 1
 wait "${pids[@]}"
 cat "$work"/job.a "$work"/job.b "$work"/cap.1 >>"$out"
-for f in "$work"/*.err; do sed "s|^|# $(basename "$f"): |" "$f" | grep -i "gpushare" >>"$out"; done
+for f in "$work"/*.err; do sed "s|^|# $(basename "$f"): |" "$f" | grep -i "gpushare\|error" >>"$out"; done
 python3 - "$out" "$window" <<'PY' | tee "$outdir/restart_summary.json"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
