@@ -440,9 +440,9 @@ impl Request {
                     return Err(DecodeError::TooLong);
                 }
                 if version != PROTOCOL_VERSION {
-                    // A client of another version: decode what it sent anyway, so that it hears
-                    // that its version does not match.
-                    r.rest = &[];
+                    // A client of another version: decode what it sent anyway (the rest, in
+                    // its version's format, unread), so that it hears that its version does not
+                    // match.
                     return Ok(Request::Hello {
                         version,
                         client,
@@ -663,9 +663,7 @@ mod tests {
     }
 
     const GPU0: DeviceId = DeviceId([7; 16]);
-    const GPU1: DeviceId = DeviceId([
-        0xaa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
-    ]);
+    const GPU1: DeviceId = DeviceId([0xaa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
 
     #[test]
     fn requests_round_trip() {
