@@ -110,7 +110,7 @@ fn long_client_names_are_refused() {
     let r = Request::Hello {
         version: 1,
         client: "x".repeat(MAX_NAME + 1),
-        reserved: 0,
+        reserved: vec![],
     };
     if let Ok(frame) = r.to_frame() {
         assert!(Request::decode(&frame[4..]).is_err());
@@ -157,7 +157,7 @@ fn the_session_loop_survives_arbitrary_frames() {
         "{}",
         d.log()
     );
-    good.send(&Request::Acquire);
+    good.send(&Request::Acquire { device: GPU0 });
     wait_for(
         "a grant after the rogue frames",
         Duration::from_secs(5),
