@@ -66,8 +66,8 @@ pub fn dict_json(
     )
 }
 
-/// One D-Bus value as JSON: numbers, booleans, strings and arrays of them as themselves, anything
-/// else as its text.
+/// One D-Bus value as JSON: numbers, booleans, strings and arrays of them as themselves,
+/// dictionaries as objects, structures as arrays, anything else as its text.
 pub fn value_json(v: &zbus::zvariant::Value<'_>) -> serde_json::Value {
     use serde_json::Value as J;
     use zbus::zvariant::Value;
@@ -83,6 +83,18 @@ pub fn value_json(v: &zbus::zvariant::Value<'_>) -> serde_json::Value {
         Value::F64(n) => J::from(*n),
         Value::Str(s) => J::from(s.as_str()),
         Value::Array(a) => J::Array(a.iter().map(value_json).collect()),
+        Value::Dict(d) => J::Object(
+            d.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Value::Str(s) => s.to_string(),
+                        other => other.to_string(),
+                    };
+                    (key, value_json(v))
+                })
+                .collect(),
+        ),
+        Value::Structure(s) => J::Array(s.fields().iter().map(value_json).collect()),
         Value::Value(inner) => value_json(inner),
         other => J::from(other.to_string()),
     }

@@ -1,4 +1,4 @@
-//! gpushare: share one NVIDIA GPU fairly between processes and users.
+//! gpushare: share NVIDIA GPUs fairly between processes and users.
 //!
 //! The wire protocol between the hook and the daemon is always built; everything else belongs to
 //! the daemon and the CLI (feature `daemon`).

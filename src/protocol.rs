@@ -27,7 +27,7 @@
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -57,37 +57,86 @@ pub const STATUS_CHUNK: usize = MAX_FRAME - 7;
 /// few hundred KiB).
 pub const MAX_STATUS: usize = 16 << 20;
 
+/// Most GPUs a [`Request::Hello`] lists memory for.
+pub const MAX_DEVICES: usize = 64;
+
+/// A GPU, named by its 16-byte UUID: what `cuDeviceGetUuid` gives the hook and NVML gives the
+/// daemon, the same whatever `CUDA_VISIBLE_DEVICES` makes of the device's ordinal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct DeviceId(pub [u8; 16]);
+
+impl DeviceId {
+    /// Reads NVML's text form, `GPU-` and 32 hex digits in groups of 8-4-4-4-12 (a `MIG-`
+    /// prefix, or none, also do).
+    pub fn parse(text: &str) -> Option<DeviceId> {
+        let hex = text
+            .strip_prefix("GPU-")
+            .or_else(|| text.strip_prefix("MIG-"))
+            .unwrap_or(text);
+        let digits: Vec<u8> = hex.bytes().filter(|&b| b != b'-').collect();
+        if digits.len() != 32 {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, pair) in digits.chunks(2).enumerate() {
+            let pair = std::str::from_utf8(pair).ok()?;
+            out[i] = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(DeviceId(out))
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GPU-")?;
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
 /// What a client process asks of the daemon.
+///
+/// Leases and memory are per GPU: the requests about them name the `device`, and each GPU has a
+/// token and memory accounts of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// First message. `client` names the client entry to attach as; empty means "the default
-    /// entry for my user". `reserved` is 0 for a process that attaches for the first time; a
-    /// process that re-attaches after the daemon restarted sends the device memory its own
-    /// record holds, which the daemon counts against its client at once, even over the cap.
+    /// entry for my user". `reserved` is empty for a process that attaches for the first time;
+    /// a process that re-attaches after the daemon restarted sends the device memory its own
+    /// record holds on each GPU, which the daemon counts against its client at once, even over
+    /// the cap. Only `version` is read from a Hello of another version.
     Hello {
         version: u32,
         client: String,
-        reserved: u64,
+        reserved: Vec<(DeviceId, u64)>,
     },
-    /// Ask for the GPU token. Answered by [`Reply::Grant`] when it is this process's turn.
-    Acquire,
-    /// Give the token back. `busy_ns` is the time the hook saw work of this lease pending on the
-    /// GPU; the daemon uses it (clamped to the lease's wall time) to estimate how much of the GPU
-    /// the client needs, never to charge it. No reply.
-    Release { busy_ns: u64 },
-    /// Count `bytes` of device memory against the client's cap before allocating them.
-    /// Answered by [`Reply::Reserved`] or [`Reply::OverCap`].
-    Reserve { bytes: u64 },
-    /// Memory counted by an earlier `Reserve` was freed (or its allocation failed). No reply.
-    Unreserve { bytes: u64 },
-    /// Give the token back (with `busy_ns` as in `Release`) and ask for it again, in one step, so
-    /// that the scheduler weighs this process among the waiting ones when it hands the token on.
-    /// Answered by [`Reply::Grant`].
-    Renew { busy_ns: u64 },
-    /// At the end of a lease, keep the token for another lease without first waiting for the
-    /// work queued in this one, if nobody else waits for it. Answered by [`Reply::Grant`] or
-    /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`).
-    Extend,
+    /// Ask for the token of `device`. Answered by [`Reply::Grant`] when it is this process's
+    /// turn.
+    Acquire { device: DeviceId },
+    /// Give the token of `device` back. `busy_ns` is the time the hook saw work of this lease
+    /// pending on the GPU; the daemon uses it (clamped to the lease's wall time) to estimate how
+    /// much of the GPU the client needs, never to charge it. No reply.
+    Release { device: DeviceId, busy_ns: u64 },
+    /// Count `bytes` of memory on `device` against the client's cap there before allocating
+    /// them. Answered by [`Reply::Reserved`] or [`Reply::OverCap`].
+    Reserve { device: DeviceId, bytes: u64 },
+    /// Memory on `device` counted by an earlier `Reserve` was freed (or its allocation failed).
+    /// No reply.
+    Unreserve { device: DeviceId, bytes: u64 },
+    /// Give the token of `device` back (with `busy_ns` as in `Release`) and ask for it again,
+    /// in one step, so that the scheduler weighs this process among the waiting ones when it
+    /// hands the token on. Answered by [`Reply::Grant`].
+    Renew { device: DeviceId, busy_ns: u64 },
+    /// At the end of a lease on `device`, keep the token for another lease without first
+    /// waiting for the work queued in this one, if nobody else waits for it. Answered by
+    /// [`Reply::Grant`] or [`Reply::NotExtended`] (then the client drains its work and sends
+    /// `Renew`).
+    Extend { device: DeviceId },
     /// First and only request on a second connection of an attached process: the daemon sends
     /// [`Reply::Revoke`] on it when the process must end its lease early. `session` is the id
     /// from the Welcome; the peer must be the same process.
@@ -126,16 +175,17 @@ pub enum Reply {
         /// [`SCHED_INTERACTIVE`].
         sched_flags: u32,
     },
-    /// The token is this process's for `lease_ns` nanoseconds from now; `flags`: [`GRANT_SHARED`].
+    /// The token (of the device last asked for) is this process's for `lease_ns` nanoseconds from
+    /// now; `flags`: [`GRANT_SHARED`].
     Grant { lease_ns: u64, flags: u32 },
-    /// The reservation was counted; `used` is the client's total afterwards.
+    /// The reservation was counted; `used` is the client's total on the device afterwards.
     Reserved { used: u64 },
     /// The reservation would pass the cap; nothing was counted.
     OverCap { used: u64, cap: u64 },
     /// Others wait for the token: the lease was not extended.
     NotExtended,
     /// On the watch connection: end the current lease at the next launch (an interactive client
-    /// wants the GPU).
+    /// wants its GPU).
     Revoke,
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
@@ -299,6 +349,9 @@ impl<'a> Reader<'a> {
             self.take(8)?.try_into().unwrap_or([0; 8]),
         ))
     }
+    fn device(&mut self) -> Result<DeviceId, DecodeError> {
+        Ok(DeviceId(self.take(16)?.try_into().unwrap_or([0; 16])))
+    }
     fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or([0; 2])) as usize;
         self.take(n)
@@ -330,12 +383,12 @@ impl Request {
     pub fn encode(&self) -> Result<Frame, DecodeError> {
         let mut f = Frame::new(match self {
             Request::Hello { .. } => 1,
-            Request::Acquire => 2,
+            Request::Acquire { .. } => 2,
             Request::Release { .. } => 3,
             Request::Reserve { .. } => 4,
             Request::Unreserve { .. } => 5,
             Request::Renew { .. } => 6,
-            Request::Extend => 7,
+            Request::Extend { .. } => 7,
             Request::Watch { .. } => 8,
             Request::Status => 9,
         });
@@ -347,11 +400,25 @@ impl Request {
             } => {
                 f.u32(*version);
                 f.str(client);
-                f.u64(*reserved);
+                if reserved.len() > MAX_DEVICES {
+                    return Err(DecodeError::TooLong);
+                }
+                f.put(&(reserved.len() as u16).to_le_bytes());
+                for (device, bytes) in reserved {
+                    f.put(&device.0);
+                    f.u64(*bytes);
+                }
             }
-            Request::Acquire | Request::Extend | Request::Status => {}
-            Request::Release { busy_ns } | Request::Renew { busy_ns } => f.u64(*busy_ns),
-            Request::Reserve { bytes } | Request::Unreserve { bytes } => f.u64(*bytes),
+            Request::Status => {}
+            Request::Acquire { device } | Request::Extend { device } => f.put(&device.0),
+            Request::Release { device, busy_ns } | Request::Renew { device, busy_ns } => {
+                f.put(&device.0);
+                f.u64(*busy_ns);
+            }
+            Request::Reserve { device, bytes } | Request::Unreserve { device, bytes } => {
+                f.put(&device.0);
+                f.u64(*bytes);
+            }
             Request::Watch { session } => f.u64(*session),
         }
         f.finish()
@@ -372,21 +439,52 @@ impl Request {
                 if client.len() > MAX_NAME {
                     return Err(DecodeError::TooLong);
                 }
-                // A client of an older version sends no `reserved`: decode it anyway, so that
-                // it hears that its version does not match.
-                let reserved = if r.rest.is_empty() { 0 } else { r.u64()? };
+                if version != PROTOCOL_VERSION {
+                    // A client of another version: decode what it sent anyway (the rest, in
+                    // its version's format, unread), so that it hears that its version does not
+                    // match.
+                    return Ok(Request::Hello {
+                        version,
+                        client,
+                        reserved: Vec::new(),
+                    });
+                }
+                let n = u16::from_le_bytes(r.take(2)?.try_into().unwrap_or([0; 2])) as usize;
+                if n > MAX_DEVICES {
+                    return Err(DecodeError::TooLong);
+                }
+                let mut reserved = Vec::with_capacity(n);
+                for _ in 0..n {
+                    reserved.push((r.device()?, r.u64()?));
+                }
                 Request::Hello {
                     version,
                     client,
                     reserved,
                 }
             }
-            2 => Request::Acquire,
-            3 => Request::Release { busy_ns: r.u64()? },
-            4 => Request::Reserve { bytes: r.u64()? },
-            5 => Request::Unreserve { bytes: r.u64()? },
-            6 => Request::Renew { busy_ns: r.u64()? },
-            7 => Request::Extend,
+            2 => Request::Acquire {
+                device: r.device()?,
+            },
+            3 => Request::Release {
+                device: r.device()?,
+                busy_ns: r.u64()?,
+            },
+            4 => Request::Reserve {
+                device: r.device()?,
+                bytes: r.u64()?,
+            },
+            5 => Request::Unreserve {
+                device: r.device()?,
+                bytes: r.u64()?,
+            },
+            6 => Request::Renew {
+                device: r.device()?,
+                busy_ns: r.u64()?,
+            },
+            7 => Request::Extend {
+                device: r.device()?,
+            },
             8 => Request::Watch { session: r.u64()? },
             9 => Request::Status,
             t => return Err(DecodeError::UnknownTag(t)),
@@ -564,35 +662,62 @@ mod tests {
         &frame[4..]
     }
 
+    const GPU0: DeviceId = DeviceId([7; 16]);
+    const GPU1: DeviceId = DeviceId([0xaa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+
     #[test]
     fn requests_round_trip() {
         for r in [
             Request::Hello {
                 version: PROTOCOL_VERSION,
                 client: "train".into(),
-                reserved: 0,
+                reserved: vec![],
             },
             Request::Hello {
                 version: 7,
                 client: String::new(),
-                reserved: 0,
+                reserved: vec![],
             },
-            Request::Acquire,
+            Request::Acquire { device: GPU0 },
             Request::Release {
+                device: GPU1,
                 busy_ns: 123_456_789,
             },
-            Request::Reserve { bytes: 8 << 30 },
-            Request::Unreserve { bytes: u64::MAX },
+            Request::Reserve {
+                device: GPU0,
+                bytes: 8 << 30,
+            },
+            Request::Unreserve {
+                device: GPU1,
+                bytes: u64::MAX,
+            },
             Request::Renew {
+                device: GPU0,
                 busy_ns: 20_000_000,
             },
-            Request::Extend,
+            Request::Extend { device: GPU1 },
             Request::Watch { session: 77 },
             Request::Status,
         ] {
             let f = r.to_frame().unwrap();
             assert_eq!(Request::decode(payload(&f)).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn devices_read_and_write_nvml_uuids() {
+        let text = "GPU-aa000000-0000-0000-0000-000000000001";
+        assert_eq!(GPU1.to_string(), text);
+        assert_eq!(DeviceId::parse(text), Some(GPU1));
+        assert_eq!(
+            DeviceId::parse("aa000000000000000000000000000001"),
+            Some(GPU1)
+        );
+        assert_eq!(DeviceId::parse("GPU-aa00"), None);
+        assert_eq!(
+            DeviceId::parse("GPU-zz000000-0000-0000-0000-000000000001"),
+            None
+        );
     }
 
     #[test]
@@ -647,7 +772,8 @@ mod tests {
         assert_eq!(Request::decode(&[]), Err(DecodeError::Empty));
         assert_eq!(Request::decode(&[0]), Err(DecodeError::UnknownTag(0)));
         assert_eq!(Request::decode(&[3, 1, 2]), Err(DecodeError::Truncated));
-        assert_eq!(Request::decode(&[2, 0]), Err(DecodeError::TrailingBytes));
+        assert_eq!(Request::decode(&[2, 0]), Err(DecodeError::Truncated));
+        assert_eq!(Request::decode(&[2; 18]), Err(DecodeError::TrailingBytes));
         assert_eq!(
             Request::decode(&[1, 1, 0, 0, 0, 2, 0, 0xff, 0xfe]),
             Err(DecodeError::BadUtf8)
@@ -656,7 +782,7 @@ mod tests {
         let f = Request::Hello {
             version: 1,
             client: long,
-            reserved: 0,
+            reserved: vec![],
         }
         .to_frame()
         .unwrap();
@@ -673,21 +799,31 @@ mod tests {
         let r = Request::Hello {
             version: PROTOCOL_VERSION,
             client: "train".into(),
-            reserved: 3 << 30,
+            reserved: vec![(GPU0, 3 << 30), (GPU1, 1)],
         };
         let f = r.to_frame().unwrap();
         assert_eq!(Request::decode(payload(&f)).unwrap(), r);
-        // An older client's Hello ends after the name: it decodes, so that the daemon can tell
+        // An older client's Hello (its memory one number) decodes, so that the daemon can tell
         // it that its version does not match.
-        let old = &payload(&f)[..payload(&f).len() - 8];
+        let mut old = vec![1];
+        old.extend_from_slice(&4u32.to_le_bytes());
+        old.extend_from_slice(&[5, 0]);
+        old.extend_from_slice(b"train");
+        old.extend_from_slice(&(3u64 << 30).to_le_bytes());
         assert_eq!(
-            Request::decode(old).unwrap(),
+            Request::decode(&old).unwrap(),
             Request::Hello {
-                version: PROTOCOL_VERSION,
+                version: 4,
                 client: "train".into(),
-                reserved: 0,
+                reserved: vec![],
             }
         );
+        let too_many = Request::Hello {
+            version: PROTOCOL_VERSION,
+            client: String::new(),
+            reserved: vec![(GPU0, 1); MAX_DEVICES + 1],
+        };
+        assert_eq!(too_many.to_frame(), Err(DecodeError::TooLong));
     }
 
     #[test]

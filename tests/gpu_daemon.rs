@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::GPU0;
 use gpushare::protocol::{Reply, Request};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -211,7 +212,7 @@ fn attach(socket: &Path, client: &str) -> (UnixStream, Reply) {
     let hello = Request::Hello {
         version: gpushare::protocol::PROTOCOL_VERSION,
         client: client.into(),
-        reserved: 0,
+        reserved: vec![],
     };
     s.write_all(&hello.to_frame().unwrap()).unwrap();
     let mut header = [0u8; 4];
@@ -354,7 +355,7 @@ impl Attached {
         a.send(&Request::Hello {
             version: gpushare::protocol::PROTOCOL_VERSION,
             client: client.into(),
-            reserved: 0,
+            reserved: vec![],
         });
         let welcome = a.reply();
         assert!(matches!(welcome, Reply::Welcome { .. }), "{welcome:?}");
@@ -376,14 +377,17 @@ impl Attached {
     }
 
     fn reserve(&mut self, bytes: u64) {
-        self.send(&Request::Reserve { bytes });
+        self.send(&Request::Reserve {
+            device: GPU0,
+            bytes,
+        });
         let r = self.reply();
         assert!(matches!(r, Reply::Reserved { .. }), "{r:?}");
     }
 
     /// Asks for a lease and waits for it.
     fn lease(&mut self) {
-        self.send(&Request::Acquire);
+        self.send(&Request::Acquire { device: GPU0 });
         let r = self.reply();
         assert!(matches!(r, Reply::Grant { .. }), "{r:?}");
     }
@@ -510,7 +514,10 @@ fn activity_without_a_lease_is_reported_and_a_lease_holders_is_not() {
     let mut holder = Attached::new(&d.socket(), "train");
     let idle = Attached::new(&d.socket(), "train");
     released.lease();
-    released.send(&Request::Release { busy_ns: 0 });
+    released.send(&Request::Release {
+        device: GPU0,
+        busy_ns: 0,
+    });
     let released_at = Instant::now();
     holder.lease();
     let mut state = String::from("count 1\n");

@@ -79,12 +79,18 @@ fn a_scrape_reports_usage_per_client_and_user() {
     });
     let mut p = d.connect();
     assert!(matches!(p.hello("train"), Reply::Welcome { .. }));
-    p.send(&Request::Reserve { bytes: 1 << 20 });
+    p.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 1 << 20,
+    });
     assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 << 20 }));
-    p.send(&Request::Acquire);
+    p.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
     std::thread::sleep(Duration::from_millis(300));
-    p.send(&Request::Release { busy_ns: 0 });
+    p.send(&Request::Release {
+        device: GPU0,
+        busy_ns: 0,
+    });
 
     let train = "{client=\"train\",user=\"root\"}";
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
@@ -306,10 +312,13 @@ fn prometheus_scrapes_the_daemon_and_sums_usage_by_user() {
             let mut p = d.connect();
             p.hello("train");
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                p.send(&Request::Acquire);
+                p.send(&Request::Acquire { device: GPU0 });
                 assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
                 std::thread::sleep(Duration::from_millis(100));
-                p.send(&Request::Release { busy_ns: 0 });
+                p.send(&Request::Release {
+                    device: GPU0,
+                    busy_ns: 0,
+                });
             }
         });
         let mut dave = hold_leases_as(dave, &d.socket, "", 1_000_000, Duration::from_millis(100));

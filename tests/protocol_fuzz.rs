@@ -7,27 +7,34 @@ mod common;
 
 use common::*;
 use gpushare::protocol::{
-    frame_len, status_replies, Reply, Request, StatusReader, MAX_FRAME, MAX_NAME,
+    frame_len, status_replies, DeviceId, Reply, Request, StatusReader, MAX_FRAME, MAX_NAME,
+    PROTOCOL_VERSION,
 };
 use proptest::prelude::*;
 use std::io::Write;
 use std::time::Duration;
 
+fn device() -> impl Strategy<Value = DeviceId> {
+    any::<[u8; 16]>().prop_map(DeviceId)
+}
+
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (any::<u32>(), "[a-z0-9._-]{0,40}", any::<u64>()).prop_map(
-            |(version, client, reserved)| Request::Hello {
-                version,
+        (
+            "[a-z0-9._-]{0,40}",
+            proptest::collection::vec((device(), any::<u64>()), 0..4)
+        )
+            .prop_map(|(client, reserved)| Request::Hello {
+                version: PROTOCOL_VERSION,
                 client,
                 reserved,
-            }
-        ),
-        Just(Request::Acquire),
-        any::<u64>().prop_map(|busy_ns| Request::Release { busy_ns }),
-        any::<u64>().prop_map(|bytes| Request::Reserve { bytes }),
-        any::<u64>().prop_map(|bytes| Request::Unreserve { bytes }),
-        any::<u64>().prop_map(|busy_ns| Request::Renew { busy_ns }),
-        Just(Request::Extend),
+            }),
+        device().prop_map(|device| Request::Acquire { device }),
+        (device(), any::<u64>()).prop_map(|(device, busy_ns)| Request::Release { device, busy_ns }),
+        (device(), any::<u64>()).prop_map(|(device, bytes)| Request::Reserve { device, bytes }),
+        (device(), any::<u64>()).prop_map(|(device, bytes)| Request::Unreserve { device, bytes }),
+        (device(), any::<u64>()).prop_map(|(device, busy_ns)| Request::Renew { device, busy_ns }),
+        device().prop_map(|device| Request::Extend { device }),
         any::<u64>().prop_map(|session| Request::Watch { session }),
         Just(Request::Status),
     ]
@@ -103,7 +110,7 @@ fn long_client_names_are_refused() {
     let r = Request::Hello {
         version: 1,
         client: "x".repeat(MAX_NAME + 1),
-        reserved: 0,
+        reserved: vec![],
     };
     if let Ok(frame) = r.to_frame() {
         assert!(Request::decode(&frame[4..]).is_err());
@@ -150,7 +157,7 @@ fn the_session_loop_survives_arbitrary_frames() {
         "{}",
         d.log()
     );
-    good.send(&Request::Acquire);
+    good.send(&Request::Acquire { device: GPU0 });
     wait_for(
         "a grant after the rogue frames",
         Duration::from_secs(5),

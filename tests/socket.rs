@@ -60,7 +60,7 @@ fn garbage_closes_only_that_connection() {
     let hello = Request::Hello {
         version: 1,
         client: "a".into(),
-        reserved: 0,
+        reserved: vec![],
     }
     .to_frame()
     .unwrap();
@@ -70,7 +70,7 @@ fn garbage_closes_only_that_connection() {
     let wrong_version = Request::Hello {
         version: 999,
         client: "a".into(),
-        reserved: 0,
+        reserved: vec![],
     }
     .to_frame()
     .unwrap();
@@ -90,7 +90,10 @@ fn garbage_closes_only_that_connection() {
         let mut s = UnixStream::connect(&d.socket).unwrap();
         let _ = s.write_all(&bytes);
         drop(s);
-        good.send(&Request::Reserve { bytes: 0 });
+        good.send(&Request::Reserve {
+            device: GPU0,
+            bytes: 0,
+        });
         assert_eq!(
             good.recv(),
             Some(Reply::Reserved { used: 0 }),
@@ -121,7 +124,7 @@ impl HelloVersion for Conn {
         self.send(&Request::Hello {
             version,
             client: String::new(),
-            reserved: 0,
+            reserved: vec![],
         });
         self.recv().expect("a reply")
     }
@@ -141,8 +144,11 @@ fn thousands_of_connections_leave_no_leak() {
         match i % 3 {
             0 => {
                 c.hello("a");
-                c.send(&Request::Acquire);
-                c.send(&Request::Reserve { bytes: 10 });
+                c.send(&Request::Acquire { device: GPU0 });
+                c.send(&Request::Reserve {
+                    device: GPU0,
+                    bytes: 10,
+                });
             }
             1 => {
                 let _ = c.0.write_all(&[1, 0]);
@@ -158,9 +164,12 @@ fn thousands_of_connections_leave_no_leak() {
     // and the daemon still serves, with nothing left reserved or held
     let mut c = d.connect();
     c.hello("a");
-    c.send(&Request::Reserve { bytes: 0 });
+    c.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 0,
+    });
     assert_eq!(c.recv(), Some(Reply::Reserved { used: 0 }));
-    c.send(&Request::Acquire);
+    c.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(
         c.recv_within(Duration::from_secs(1)),
         Some(Reply::Grant { .. })
@@ -177,7 +186,7 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
     let mut b = d.connect();
     a.hello("a");
     b.hello("b");
-    a.send(&Request::Acquire);
+    a.send(&Request::Acquire { device: GPU0 });
     assert_eq!(
         a.recv_within(Duration::from_secs(1)),
         Some(Reply::Grant {
@@ -186,7 +195,7 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
         })
     );
     let t0 = Instant::now();
-    b.send(&Request::Acquire);
+    b.send(&Request::Acquire { device: GPU0 });
     assert_eq!(
         b.recv_within(Duration::from_millis(100)),
         None,
@@ -204,8 +213,11 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
     );
 
     // a asks again and waits; b crashes while holding: a gets it long before b's lease would end
-    a.send(&Request::Release { busy_ns: 0 });
-    a.send(&Request::Acquire);
+    a.send(&Request::Release {
+        device: GPU0,
+        busy_ns: 0,
+    });
+    a.send(&Request::Acquire { device: GPU0 });
     assert_eq!(a.recv_within(Duration::from_millis(50)), None);
     let t1 = Instant::now();
     drop(b);
@@ -227,9 +239,15 @@ fn memory_is_counted_per_client_and_freed_when_a_process_dies() {
     let mut p2 = d.connect();
     p1.hello("a");
     p2.hello("a");
-    p1.send(&Request::Reserve { bytes: 600 });
+    p1.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 600,
+    });
     assert_eq!(p1.recv(), Some(Reply::Reserved { used: 600 }));
-    p2.send(&Request::Reserve { bytes: 401 });
+    p2.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 401,
+    });
     assert_eq!(
         p2.recv(),
         Some(Reply::OverCap {
@@ -238,15 +256,27 @@ fn memory_is_counted_per_client_and_freed_when_a_process_dies() {
         }),
         "the cap is the client's"
     );
-    p2.send(&Request::Reserve { bytes: 400 });
+    p2.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 400,
+    });
     assert_eq!(p2.recv(), Some(Reply::Reserved { used: 1000 }));
     // unreserving more than was reserved gives back only what that process had
-    p2.send(&Request::Unreserve { bytes: 5000 });
-    p2.send(&Request::Reserve { bytes: 0 });
+    p2.send(&Request::Unreserve {
+        device: GPU0,
+        bytes: 5000,
+    });
+    p2.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 0,
+    });
     assert_eq!(p2.recv(), Some(Reply::Reserved { used: 600 }));
     drop(p1); // crash
     wait_for("p1's memory to be freed", Duration::from_secs(5), || {
-        p2.send(&Request::Reserve { bytes: 0 });
+        p2.send(&Request::Reserve {
+            device: GPU0,
+            bytes: 0,
+        });
         p2.recv() == Some(Reply::Reserved { used: 0 })
     });
 }
@@ -260,7 +290,7 @@ fn concurrent_leases_let_that_many_processes_hold_at_once() {
     let mut conns: Vec<Conn> = (0..3).map(|_| d.connect()).collect();
     for c in &mut conns {
         c.hello("a");
-        c.send(&Request::Acquire);
+        c.send(&Request::Acquire { device: GPU0 });
     }
     let granted: Vec<bool> = conns
         .iter_mut()
@@ -279,7 +309,10 @@ fn concurrent_leases_let_that_many_processes_hold_at_once() {
     // the third gets its lease as soon as one holder gives its back
     let waiting = granted.iter().position(|g| !g).unwrap();
     let holder = granted.iter().position(|g| *g).unwrap();
-    conns[holder].send(&Request::Release { busy_ns: 0 });
+    conns[holder].send(&Request::Release {
+        device: GPU0,
+        busy_ns: 0,
+    });
     assert!(matches!(
         conns[waiting].recv_within(Duration::from_millis(200)),
         Some(Reply::Grant { .. })
@@ -293,15 +326,15 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     let mut b = d.connect();
     a.hello("a");
     b.hello("b");
-    b.send(&Request::Extend);
+    b.send(&Request::Extend { device: GPU0 });
     assert_eq!(
         b.recv(),
         Some(Reply::NotExtended),
         "no lease, nothing to extend"
     );
-    a.send(&Request::Acquire);
+    a.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(a.recv(), Some(Reply::Grant { .. })));
-    a.send(&Request::Extend);
+    a.send(&Request::Extend { device: GPU0 });
     assert_eq!(
         a.recv(),
         Some(Reply::Grant {
@@ -310,11 +343,14 @@ fn a_lease_is_extended_only_while_nobody_waits() {
         }),
         "alone: extended"
     );
-    b.send(&Request::Acquire);
+    b.send(&Request::Acquire { device: GPU0 });
     assert_eq!(b.recv_within(Duration::from_millis(50)), None);
-    a.send(&Request::Extend);
+    a.send(&Request::Extend { device: GPU0 });
     assert_eq!(a.recv(), Some(Reply::NotExtended), "b waits");
-    a.send(&Request::Renew { busy_ns: 0 });
+    a.send(&Request::Renew {
+        device: GPU0,
+        busy_ns: 0,
+    });
     assert!(
         matches!(
             b.recv_within(Duration::from_secs(1)),
@@ -331,11 +367,18 @@ fn requests_sent_together_with_the_hello_are_served() {
     let mut bytes = Request::Hello {
         version: gpushare::protocol::PROTOCOL_VERSION,
         client: "a".into(),
-        reserved: 0,
+        reserved: vec![],
     }
     .to_frame()
     .unwrap();
-    bytes.extend(Request::Reserve { bytes: 10 }.to_frame().unwrap());
+    bytes.extend(
+        Request::Reserve {
+            device: GPU0,
+            bytes: 10,
+        }
+        .to_frame()
+        .unwrap(),
+    );
     c.0.write_all(&bytes).unwrap();
     assert!(matches!(c.recv(), Some(Reply::Welcome { .. })));
     assert_eq!(
@@ -358,16 +401,22 @@ fn forged_gpu_time_locks_nobody_out() {
     let mut b = d.connect();
     a.hello("a");
     b.hello("b");
-    a.send(&Request::Acquire);
+    a.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(a.recv(), Some(Reply::Grant { .. })));
-    b.send(&Request::Acquire);
-    a.send(&Request::Renew { busy_ns: u64::MAX });
+    b.send(&Request::Acquire { device: GPU0 });
+    a.send(&Request::Renew {
+        device: GPU0,
+        busy_ns: u64::MAX,
+    });
     assert!(matches!(
         b.recv_within(Duration::from_secs(1)),
         Some(Reply::Grant { .. })
     ));
     // b's lease ends; a, which claimed an endless lease, is next all the same
-    b.send(&Request::Renew { busy_ns: 0 });
+    b.send(&Request::Renew {
+        device: GPU0,
+        busy_ns: 0,
+    });
     assert!(
         matches!(
             a.recv_within(Duration::from_secs(1)),
@@ -397,7 +446,7 @@ fn an_interactive_client_revokes_the_batch_lease() {
     };
     let mut watch = d.connect();
     watch.send(&Request::Watch { session });
-    batch.send(&Request::Acquire);
+    batch.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(batch.recv(), Some(Reply::Grant { .. })));
 
     // another process (this test's child) may not watch the batch session
@@ -425,7 +474,7 @@ fn an_interactive_client_revokes_the_batch_lease() {
     };
     assert_eq!(sched_flags, gpushare::protocol::SCHED_INTERACTIVE);
     let t0 = Instant::now();
-    live.send(&Request::Acquire);
+    live.send(&Request::Acquire { device: GPU0 });
     assert!(
         matches!(
             live.recv_within(Duration::from_secs(1)),
@@ -439,16 +488,22 @@ fn an_interactive_client_revokes_the_batch_lease() {
         Some(Reply::Revoke),
         "the batch process is told"
     );
-    batch.send(&Request::Extend);
+    batch.send(&Request::Extend { device: GPU0 });
     assert_eq!(
         batch.recv(),
         Some(Reply::NotExtended),
         "a revoked lease ends"
     );
     // busy all along: it does not fit beside the interactive lease
-    batch.send(&Request::Renew { busy_ns: u64::MAX });
+    batch.send(&Request::Renew {
+        device: GPU0,
+        busy_ns: u64::MAX,
+    });
     assert_eq!(batch.recv_within(Duration::from_millis(100)), None);
-    live.send(&Request::Release { busy_ns: 1000 });
+    live.send(&Request::Release {
+        device: GPU0,
+        busy_ns: 1000,
+    });
     assert!(
         matches!(
             batch.recv_within(Duration::from_secs(1)),
@@ -492,5 +547,222 @@ fn a_users_processes_beyond_the_limit_are_refused() {
     drop(first);
     wait_for("a freed place", Duration::from_secs(5), || {
         matches!(d.connect().hello(""), Reply::Welcome { .. })
+    });
+}
+
+/// Each GPU has a token of its own: processes on two GPUs hold leases at once, while two on one
+/// GPU still take turns; a release names its GPU and frees only that one.
+#[test]
+fn leases_on_two_gpus_run_at_once_and_on_one_gpu_alternate() {
+    let d = Daemon::start(TWO_HALVES, None);
+    let mut a = d.connect();
+    let mut b = d.connect();
+    a.hello("a");
+    b.hello("b");
+    a.send(&Request::Acquire { device: GPU0 });
+    assert!(matches!(
+        a.recv_within(Duration::from_secs(1)),
+        Some(Reply::Grant { .. })
+    ));
+    b.send(&Request::Acquire { device: GPU1 });
+    assert!(
+        matches!(
+            b.recv_within(Duration::from_millis(150)),
+            Some(Reply::Grant { .. })
+        ),
+        "b gets GPU 1 while a holds GPU 0"
+    );
+    // a second process of b on GPU 0 waits for a's lease there
+    let mut b2 = d.connect();
+    b2.hello("b");
+    b2.send(&Request::Acquire { device: GPU0 });
+    assert_eq!(
+        b2.recv_within(Duration::from_millis(100)),
+        None,
+        "one token per GPU: b2 waits while a holds GPU 0"
+    );
+    // giving back a lease on GPU 1 (a holds none there) leaves GPU 0 held
+    a.send(&Request::Release {
+        device: GPU1,
+        busy_ns: 0,
+    });
+    assert_eq!(b2.recv_within(Duration::from_millis(100)), None);
+    a.send(&Request::Release {
+        device: GPU0,
+        busy_ns: 0,
+    });
+    assert!(
+        matches!(
+            b2.recv_within(Duration::from_millis(200)),
+            Some(Reply::Grant { .. })
+        ),
+        "GPU 0 passes to b2 at a's release"
+    );
+    // an Extend names its GPU too: b, alone on GPU 1, keeps it; a has nothing to extend there
+    b.send(&Request::Extend { device: GPU1 });
+    assert!(matches!(b.recv(), Some(Reply::Grant { .. })));
+    a.send(&Request::Extend { device: GPU1 });
+    assert_eq!(a.recv(), Some(Reply::NotExtended));
+}
+
+/// The memory cap applies on each GPU: a client capped at N holds N on each, and one byte more
+/// on either is over the cap.
+#[test]
+fn the_memory_cap_applies_on_each_gpu() {
+    let d = Daemon::start("[clients.a]\nmemory = 1000\nusers = [\"*\"]\n", None);
+    let mut p = d.connect();
+    let mut q = d.connect();
+    p.hello("a");
+    q.hello("a");
+    p.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 1000,
+    });
+    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1000 }));
+    p.send(&Request::Reserve {
+        device: GPU1,
+        bytes: 1000,
+    });
+    assert_eq!(
+        p.recv(),
+        Some(Reply::Reserved { used: 1000 }),
+        "GPU 1 has its own account"
+    );
+    p.send(&Request::Reserve {
+        device: GPU1,
+        bytes: 1,
+    });
+    assert_eq!(
+        p.recv(),
+        Some(Reply::OverCap {
+            used: 1000,
+            cap: 1000
+        })
+    );
+    // the client's account on a GPU is shared by its processes
+    q.send(&Request::Reserve {
+        device: GPU1,
+        bytes: 1,
+    });
+    assert_eq!(
+        q.recv(),
+        Some(Reply::OverCap {
+            used: 1000,
+            cap: 1000
+        })
+    );
+    p.send(&Request::Unreserve {
+        device: GPU1,
+        bytes: 300,
+    });
+    q.send(&Request::Reserve {
+        device: GPU1,
+        bytes: 300,
+    });
+    assert_eq!(q.recv(), Some(Reply::Reserved { used: 1000 }));
+    // reports: the total over the GPUs, and each GPU's figure
+    let a = d.client("a");
+    assert_eq!(a["memory_used"], 2000, "{a}");
+    let devices = a["devices"].as_array().expect("a list of GPUs");
+    let used: Vec<(String, u64)> = devices
+        .iter()
+        .map(|g| {
+            (
+                g["device"].as_str().unwrap().to_string(),
+                g["memory_used"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        used,
+        vec![(GPU0.to_string(), 1000), (GPU1.to_string(), 1000)],
+        "{a}"
+    );
+    // a process that goes gives back what it held on each GPU
+    drop(p);
+    wait_for("p's memory to be freed", Duration::from_secs(5), || {
+        q.send(&Request::Reserve {
+            device: GPU0,
+            bytes: 0,
+        });
+        q.recv() == Some(Reply::Reserved { used: 0 })
+    });
+    q.send(&Request::Reserve {
+        device: GPU1,
+        bytes: 0,
+    });
+    assert_eq!(q.recv(), Some(Reply::Reserved { used: 300 }));
+}
+
+/// A process re-attaching after a restart lists what it holds on each GPU; each figure is
+/// counted on its GPU, even over the cap there.
+#[test]
+fn a_re_attaching_process_is_counted_on_each_gpu() {
+    let d = Daemon::start("[clients.a]\nmemory = 1000\nusers = [\"*\"]\n", None);
+    let mut p = d.connect();
+    p.send(&Request::Hello {
+        version: gpushare::protocol::PROTOCOL_VERSION,
+        client: "a".into(),
+        reserved: vec![(GPU0, 600), (GPU1, 1500)],
+    });
+    assert!(matches!(p.recv(), Some(Reply::Welcome { .. })));
+    p.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 0,
+    });
+    assert_eq!(p.recv(), Some(Reply::Reserved { used: 600 }));
+    // over the cap on GPU 1 only: even nothing more fits there
+    p.send(&Request::Reserve {
+        device: GPU1,
+        bytes: 0,
+    });
+    assert_eq!(
+        p.recv(),
+        Some(Reply::OverCap {
+            used: 1500,
+            cap: 1000
+        })
+    );
+    p.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 400,
+    });
+    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1000 }));
+    assert_eq!(d.client("a")["memory_used"], 2500);
+    let log = d.log();
+    assert!(
+        log.contains(&format!("over its memory cap on {GPU1}")),
+        "the log names the GPU: {log}"
+    );
+    assert!(
+        !log.contains(&format!("over its memory cap on {GPU0}")),
+        "{log}"
+    );
+}
+
+/// A process may name a bounded number of GPUs; past it its connection is closed and what it
+/// held is freed.
+#[test]
+fn a_process_naming_too_many_gpus_is_closed() {
+    let d = Daemon::start("[clients.a]\nusers = [\"*\"]\n", None);
+    let mut p = d.connect();
+    p.hello("a");
+    for i in 0..gpushare::protocol::MAX_DEVICES {
+        p.send(&Request::Reserve {
+            device: gpushare::protocol::DeviceId([i as u8 + 10; 16]),
+            bytes: 1,
+        });
+        assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 }));
+    }
+    p.send(&Request::Acquire { device: GPU0 });
+    assert_eq!(p.recv_within(Duration::from_secs(2)), None, "closed");
+    let mut q = d.connect();
+    q.hello("a");
+    wait_for("the memory to be freed", Duration::from_secs(5), || {
+        q.send(&Request::Reserve {
+            device: gpushare::protocol::DeviceId([10; 16]),
+            bytes: 0,
+        });
+        q.recv() == Some(Reply::Reserved { used: 0 })
     });
 }

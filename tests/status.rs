@@ -55,7 +55,10 @@ fn status_and_clients_read_the_socket_when_no_bus_serves_the_daemon() {
     let d = Daemon::start(CONFIG, None);
     let mut p = d.connect();
     assert!(matches!(p.hello("busy"), Reply::Welcome { .. }));
-    p.send(&Request::Reserve { bytes: 600 << 20 });
+    p.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 600 << 20,
+    });
     assert_eq!(p.recv(), Some(Reply::Reserved { used: 600 << 20 }));
     let me = std::process::id();
 
@@ -132,6 +135,57 @@ fn status_and_clients_read_the_socket_when_no_bus_serves_the_daemon() {
     );
 }
 
+/// A client's figures on each GPU: in the JSON document under `devices`, and in a table of
+/// `gpushare status`, the GPU by its UUID where NVML does not list it.
+#[test]
+fn status_shows_a_clients_figures_on_each_gpu() {
+    let d = Daemon::start(CONFIG, None);
+    let mut p = d.connect();
+    p.hello("busy");
+    p.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 600 << 20,
+    });
+    assert_eq!(p.recv(), Some(Reply::Reserved { used: 600 << 20 }));
+    p.send(&Request::Reserve {
+        device: GPU1,
+        bytes: 100 << 20,
+    });
+    assert_eq!(p.recv(), Some(Reply::Reserved { used: 100 << 20 }));
+    p.send(&Request::Acquire { device: GPU1 });
+    assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
+
+    let doc = json_of(&d.cli(&["--json", "status"]));
+    let busy = client(&doc, "busy");
+    assert_eq!(busy["memory_used"], 700u64 << 20, "{doc}");
+    assert_eq!(busy["holding"], true);
+    assert_eq!(
+        busy["devices"],
+        serde_json::json!([
+            {"device": GPU0.to_string(), "memory_used": 600u64 << 20, "share_used": 0.0,
+             "holding": false, "waiting": 0},
+            {"device": GPU1.to_string(), "memory_used": 100u64 << 20,
+             "share_used": busy["devices"][1]["share_used"], "holding": true, "waiting": 0},
+        ]),
+        "{doc}"
+    );
+    assert_eq!(client(&doc, "idle")["devices"], serde_json::json!([]));
+
+    let out = d.cli(&["status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = |gpu: String| {
+        text.lines()
+            .find(|l| l.starts_with("busy") && l.contains(&gpu))
+            .unwrap_or_else(|| panic!("no row for {gpu}: {text}"))
+            .to_string()
+    };
+    assert!(row(GPU0.to_string()).contains("600MiB/1GiB"), "{text}");
+    assert!(row(GPU0.to_string()).ends_with("idle"), "{text}");
+    assert!(row(GPU1.to_string()).contains("100MiB/1GiB"), "{text}");
+    assert!(row(GPU1.to_string()).ends_with("running"), "{text}");
+}
+
 #[test]
 fn a_status_with_many_clients_spans_frames_within_the_limit() {
     let mut config = String::new();
@@ -166,7 +220,10 @@ fn status_is_refused_on_an_attached_session_and_other_connections_go_on() {
     let mut big = d.connect();
     let _ = big.0.write_all(&((MAX_FRAME + 1) as u32).to_le_bytes());
     assert_eq!(big.recv_within(Duration::from_secs(5)), None);
-    good.send(&Request::Reserve { bytes: 0 });
+    good.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 0,
+    });
     assert_eq!(good.recv(), Some(Reply::Reserved { used: 0 }));
     let (sizes, doc) = raw_status(&d);
     assert_eq!(sizes.len(), 1);
@@ -268,14 +325,20 @@ impl Drop for Tmux {
 fn busy_process(d: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     let mut c = d.connect();
     assert!(matches!(c.hello("busy"), Reply::Welcome { .. }));
-    c.send(&Request::Reserve { bytes: 300 << 20 });
+    c.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 300 << 20,
+    });
     assert!(matches!(c.recv(), Some(Reply::Reserved { .. })));
     std::thread::spawn(move || {
-        c.send(&Request::Acquire);
+        c.send(&Request::Acquire { device: GPU0 });
         while !stop.load(Ordering::Relaxed) {
             if let Some(Reply::Grant { lease_ns, .. }) = c.recv_within(Duration::from_secs(2)) {
                 std::thread::sleep(Duration::from_nanos(lease_ns.min(50_000_000)));
-                c.send(&Request::Renew { busy_ns: lease_ns });
+                c.send(&Request::Renew {
+                    device: GPU0,
+                    busy_ns: lease_ns,
+                });
             }
         }
     })

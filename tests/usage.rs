@@ -55,12 +55,18 @@ fn usage_is_kept_across_restarts_by_user_and_client() {
     // root's process as client train: a lease of at least 400 ms, and 1 GiB held
     let mut p = d.connect();
     assert!(matches!(p.hello("train"), Reply::Welcome { .. }));
-    p.send(&Request::Reserve { bytes: 1 << 30 });
+    p.send(&Request::Reserve {
+        device: GPU0,
+        bytes: 1 << 30,
+    });
     assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 << 30 }));
-    p.send(&Request::Acquire);
+    p.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
     std::thread::sleep(Duration::from_millis(400));
-    p.send(&Request::Release { busy_ns: 0 });
+    p.send(&Request::Release {
+        device: GPU0,
+        busy_ns: 0,
+    });
     // a usage query samples the daemon: from here on the memory held counts
     usage(&d, &[]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -175,7 +181,7 @@ fn a_state_directory_that_cannot_be_used_leaves_the_daemon_running() {
     // it schedules as before; usage says why there is none
     let mut p = d.connect();
     p.hello("train");
-    p.send(&Request::Acquire);
+    p.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(
         p.recv_within(Duration::from_secs(5)),
         Some(Reply::Grant { .. })

@@ -13,7 +13,7 @@ pub fn attach(socket: &Path, client: &str) -> Result<Reply, String> {
     let hello = Request::Hello {
         version: PROTOCOL_VERSION,
         client: client.to_string(),
-        reserved: 0,
+        reserved: Vec::new(),
     };
     let frame = hello.encode().map_err(|e| e.to_string())?;
     s.write_all(frame.as_bytes()).map_err(|e| e.to_string())?;

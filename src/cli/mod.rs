@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use zbus::zvariant::OwnedValue;
 
-/// Share one NVIDIA GPU fairly between processes and users.
+/// Share NVIDIA GPUs fairly between processes and users.
 ///
 /// Shows and changes what gpushared does, and runs programs under it. Reading needs no
 /// privileges; changing clients needs root, a group in the daemon's admin_groups, or the polkit
@@ -46,7 +46,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show the daemon, its devices, the GPU processes its scan flagged (not attached, or using
-    /// the GPU around the hook) and its clients.
+    /// the GPU around the hook) and its clients, with their figures on each GPU.
     Status,
     /// List clients with their shares and live usage.
     Clients,
@@ -56,13 +56,13 @@ pub enum Command {
     Set {
         /// Client name.
         name: String,
-        /// Guaranteed minimum share of GPU time, 0..1.
+        /// Guaranteed minimum share of each GPU's time, 0..1.
         #[arg(long)]
         request: Option<f64>,
-        /// Maximum share of GPU time, 0..1.
+        /// Maximum share of each GPU's time, 0..1.
         #[arg(long)]
         limit: Option<f64>,
-        /// Device memory cap, e.g. 8GiB, or "unlimited".
+        /// Device memory cap on each GPU, e.g. 8GiB, or "unlimited".
         #[arg(long)]
         memory: Option<String>,
         /// Interactive (true: its work runs at once while batch clients pause) or batch (false).
@@ -73,13 +73,13 @@ pub enum Command {
     Register {
         /// Client name (letters, digits, '_', '-', '.').
         name: String,
-        /// Guaranteed minimum share of GPU time, 0..1.
+        /// Guaranteed minimum share of each GPU's time, 0..1.
         #[arg(long, default_value_t = 0.0)]
         request: f64,
-        /// Maximum share of GPU time, 0..1.
+        /// Maximum share of each GPU's time, 0..1.
         #[arg(long, default_value_t = 1.0)]
         limit: f64,
-        /// Device memory cap, e.g. 8GiB, or "unlimited".
+        /// Device memory cap on each GPU, e.g. 8GiB, or "unlimited".
         #[arg(long, default_value = "unlimited")]
         memory: String,
         /// User (name or uid) who may attach as this client; repeatable; "*" for everyone.

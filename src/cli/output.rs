@@ -116,6 +116,38 @@ pub fn clients(as_json: bool, clients: &[Value]) {
     );
 }
 
+/// One row per client and GPU it uses or used: the GPU by its index where the document's
+/// devices list its UUID, else by the UUID; memory against the cap, which applies on each GPU.
+fn device_rows(doc: &Value, clients: &[Value]) -> Vec<Vec<String>> {
+    let devices = doc["devices"].as_array().cloned().unwrap_or_default();
+    let gpu = |uuid: &str| {
+        devices
+            .iter()
+            .find(|d| text(d, "uuid").eq_ignore_ascii_case(uuid))
+            .map_or_else(|| uuid.to_string(), |d| text(d, "index"))
+    };
+    let mut rows = Vec::new();
+    for c in clients {
+        for d in c["devices"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            let state = if d["holding"].as_bool().unwrap_or(false) {
+                "running"
+            } else if d["waiting"].as_u64().unwrap_or(0) > 0 {
+                "waiting"
+            } else {
+                "idle"
+            };
+            rows.push(vec![
+                text(c, "name"),
+                gpu(&text(d, "device")),
+                format!("{:.1}%", 100.0 * num(d, "share_used")),
+                format!("{}/{}", bytes_cell(d, "memory_used"), cap_cell(c, "memory")),
+                state.into(),
+            ]);
+        }
+    }
+    rows
+}
+
 /// The figures of a flagged process, short: "3GiB > 2GiB", "90% SM without a lease".
 fn flagged_figures(f: &Value) -> String {
     let measured = f["measured"].as_u64().unwrap_or(0);
@@ -250,8 +282,12 @@ pub fn status(as_json: bool, doc: &Value) {
         );
     }
     println!();
-    clients(
-        false,
-        doc["clients"].as_array().map(Vec::as_slice).unwrap_or(&[]),
-    );
+    let all = doc["clients"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    clients(false, all);
+    let per_gpu = device_rows(doc, all);
+    if !per_gpu.is_empty() {
+        println!();
+        println!("Per GPU (each has its own token; the memory cap applies on each):");
+        table(&["CLIENT", "GPU", "USED", "MEMORY", "STATE"], per_gpu);
+    }
 }

@@ -5,11 +5,12 @@ use crate::config::DEFAULT_CONFIG_PATH;
 use clap::Parser;
 use std::path::PathBuf;
 
-/// Share one NVIDIA GPU fairly between processes and users.
+/// Share NVIDIA GPUs fairly between processes and users.
 ///
-/// The daemon schedules GPU time between CUDA processes that run with the libgpushare hook,
-/// caps their device memory, serves the org.gpushare1 D-Bus API, and, when configured, sets the
-/// GPU's compute mode and runs NVIDIA's MPS control daemon. It reloads its config on SIGHUP and
+/// The daemon schedules GPU time between CUDA processes that run with the libgpushare hook, each
+/// GPU with a token of its own, caps their device memory on each GPU, serves the org.gpushare1
+/// D-Bus API, and, when configured, sets the GPUs' compute mode and runs NVIDIA's MPS control
+/// daemon. It reloads its config on SIGHUP and
 /// when the file changes; a broken file is reported and the running config kept.
 #[derive(Debug, Parser)]
 #[command(name = "gpushared", version)]

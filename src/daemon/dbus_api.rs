@@ -8,7 +8,7 @@
 
 use super::accounting::{Accounting, By};
 use super::identity::Identity;
-use super::state::{ClientReport, Event, State, StateError};
+use super::state::{ClientDeviceReport, ClientReport, Event, State, StateError};
 use crate::config::{Access, ClientSpec, MemoryMode, MpsShare, Share};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -67,7 +67,9 @@ pub(crate) fn value<'a>(v: impl Into<Value<'a>>) -> OwnedValue {
     OwnedValue::try_from(v.into()).unwrap_or_else(|_| OwnedValue::from(0u8))
 }
 
-/// A client as ListClients and GetClient report it.
+/// A client as ListClients and GetClient report it. `memory` is the cap on each GPU;
+/// `memory_used`, `share_used` (1.0: one GPU's time), `holding` and `waiting` are added up over
+/// the GPUs, and `devices` has them on each GPU ([`device_usage_dict`]).
 pub(crate) fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
     let mut d = HashMap::new();
     d.insert("name".into(), value(r.name.as_str()));
@@ -84,6 +86,9 @@ pub(crate) fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
     d.insert("waited_ns".into(), value(r.waited_ns));
     d.insert("holding".into(), value(r.holding));
     d.insert("waiting".into(), value(r.waiting));
+    let devices: Vec<HashMap<String, OwnedValue>> =
+        r.devices.iter().map(device_usage_dict).collect();
+    d.insert("devices".into(), value(devices));
     d.insert("pids".into(), value(r.pids.clone()));
     d.insert("users".into(), value(r.users.clone()));
     d.insert("groups".into(), value(r.groups.clone()));
@@ -100,6 +105,18 @@ pub(crate) fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
     d.insert("resident".into(), value(r.resident.unwrap_or(0)));
     d.insert("release_cache".into(), value(r.release_cache));
     d
+}
+
+/// A client's figures on one GPU: `device` (its UUID, `GPU-...`), `memory_used`, `share_used`,
+/// `holding` and `waiting`.
+pub(crate) fn device_usage_dict(r: &ClientDeviceReport) -> HashMap<String, OwnedValue> {
+    HashMap::from([
+        ("device".to_string(), value(r.device.as_str())),
+        ("memory_used".to_string(), value(r.memory_used)),
+        ("share_used".to_string(), value(r.share_used)),
+        ("holding".to_string(), value(r.holding)),
+        ("waiting".to_string(), value(r.waiting)),
+    ])
 }
 
 fn check_number(what: &str, v: f64) -> Result<(), Error> {
@@ -267,7 +284,8 @@ impl Manager {
         Ok(())
     }
 
-    /// Sets a client's device memory cap in bytes; 0 removes the cap.
+    /// Sets a client's device memory cap in bytes, which applies on each GPU; 0 removes the
+    /// cap.
     async fn set_memory_cap(
         &self,
         #[zbus(header)] header: Header<'_>,
@@ -306,7 +324,9 @@ impl Manager {
         Ok(())
     }
 
-    /// Every client with its shares and live usage.
+    /// Every client with its shares and live usage: `memory` (the cap on each GPU, 0 for none),
+    /// `memory_used`, `share_used`, `holding` and `waiting` over all GPUs, and `devices`, the
+    /// same figures on each GPU it uses or used (`device` is the GPU's UUID).
     async fn list_clients(&self) -> Vec<HashMap<String, OwnedValue>> {
         self.lock().reports().iter().map(client_dict).collect()
     }

@@ -10,6 +10,7 @@
 use super::dbus_api::OBJECT_PATH;
 use super::state::{ClientReport, State};
 use crate::gpu::{DeviceInfo, MpsStatus};
+use crate::protocol::DeviceId;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -64,6 +65,8 @@ pub struct ClientProps {
     processes: Vec<u32>,
     users: Vec<String>,
     groups: Vec<String>,
+    /// Per GPU: UUID, memory used, share, holding, waiting.
+    devices: Vec<(String, u64, f64, bool, u32)>,
 }
 
 impl From<&ClientReport> for ClientProps {
@@ -85,6 +88,19 @@ impl From<&ClientReport> for ClientProps {
             processes: r.pids.clone(),
             users: r.users.clone(),
             groups: r.groups.clone(),
+            devices: r
+                .devices
+                .iter()
+                .map(|d| {
+                    (
+                        d.device.clone(),
+                        d.memory_used,
+                        d.share_used,
+                        d.holding,
+                        d.waiting,
+                    )
+                })
+                .collect(),
         }
     }
 }
@@ -109,6 +125,7 @@ impl ClientProps {
             ("Processes", Value::from(self.processes.clone())),
             ("Users", Value::from(self.users.clone())),
             ("Groups", Value::from(self.groups.clone())),
+            ("Devices", Value::from(self.devices.clone())),
         ]
     }
 }
@@ -137,17 +154,18 @@ impl ClientObject {
     fn limit(&self) -> f64 {
         self.0.limit
     }
-    /// Device memory cap in bytes, 0 for none.
+    /// Device memory cap in bytes on each GPU, 0 for none.
     #[zbus(property)]
     fn memory_cap(&self) -> u64 {
         self.0.memory_cap
     }
-    /// Device memory its processes hold, in bytes.
+    /// Device memory its processes hold on all GPUs together, in bytes.
     #[zbus(property)]
     fn memory_used(&self) -> u64 {
         self.0.memory_used
     }
-    /// Share of GPU time charged to it over the last ten seconds.
+    /// Share of GPU time charged to it over the last ten seconds, added up over the GPUs (1.0
+    /// is one GPU's time).
     #[zbus(property)]
     fn share(&self) -> f64 {
         self.0.share
@@ -167,12 +185,12 @@ impl ClientObject {
     fn grants(&self) -> u64 {
         self.0.grants
     }
-    /// Whether one of its processes holds a lease now.
+    /// Whether one of its processes holds a lease on some GPU now.
     #[zbus(property)]
     fn holding(&self) -> bool {
         self.0.holding
     }
-    /// How many of its processes wait for a lease.
+    /// How many of its processes wait for a lease, counted once per GPU they wait for.
     #[zbus(property)]
     fn waiting(&self) -> u32 {
         self.0.waiting
@@ -194,6 +212,13 @@ impl ClientObject {
     fn groups(&self) -> Vec<String> {
         self.0.groups.clone()
     }
+    /// Its figures on each GPU it uses or used: the GPU's UUID, the device memory its processes
+    /// hold there (bytes), its share of that GPU's time over the last ten seconds, whether one
+    /// of its processes holds a lease there and how many wait for one.
+    #[zbus(property)]
+    fn devices(&self) -> Vec<(String, u64, f64, bool, u32)> {
+        self.0.devices.clone()
+    }
 }
 
 /// What a device object shows.
@@ -208,10 +233,22 @@ pub struct DeviceProps {
     utilization: u32,
     processes: Vec<u32>,
     mps: String,
+    holders: Vec<String>,
 }
 
 impl DeviceProps {
-    fn new(d: &DeviceInfo, mps: &MpsStatus) -> Self {
+    /// The device's properties; `reports` tell which clients hold a lease on it.
+    fn new(d: &DeviceInfo, mps: &MpsStatus, reports: &[ClientReport]) -> Self {
+        let id = DeviceId::parse(&d.uuid);
+        let holders = reports
+            .iter()
+            .filter(|r| {
+                r.devices
+                    .iter()
+                    .any(|u| u.holding && id.is_some() && DeviceId::parse(&u.device) == id)
+            })
+            .map(|r| r.name.clone())
+            .collect();
         DeviceProps {
             index: d.index,
             name: d.name.clone(),
@@ -227,6 +264,7 @@ impl DeviceProps {
                 (true, false) => "down",
             }
             .into(),
+            holders,
         }
     }
 
@@ -241,6 +279,7 @@ impl DeviceProps {
             ("Utilization", Value::from(self.utilization)),
             ("Processes", Value::from(self.processes.clone())),
             ("Mps", Value::from(self.mps.clone())),
+            ("Holders", Value::from(self.holders.clone())),
         ]
     }
 }
@@ -290,6 +329,11 @@ impl DeviceObject {
     #[zbus(property)]
     fn mps(&self) -> &str {
         &self.0.mps
+    }
+    /// The clients with a process holding a lease on it (each GPU has its own token).
+    #[zbus(property)]
+    fn holders(&self) -> Vec<String> {
+        self.0.holders.clone()
     }
 }
 
@@ -401,7 +445,7 @@ pub async fn run(
         };
         let now = devices
             .iter()
-            .map(|d| (device_path(d.index), DeviceProps::new(d, &mps)))
+            .map(|d| (device_path(d.index), DeviceProps::new(d, &mps, &reports)))
             .collect();
         sync(&conn, &mut shown_devices, now, DeviceObject, |o| &mut o.0).await;
     }
@@ -447,6 +491,7 @@ mod tests {
             processes: pids,
             users: vec![],
             groups: vec![],
+            devices: vec![],
         }
     }
 

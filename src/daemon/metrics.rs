@@ -123,7 +123,7 @@ impl Collector for Figures {
         family(
             &mut e,
             "gpushare_client_memory_used",
-            "Device memory held by the client's processes of the user",
+            "Device memory held by the client's processes of the user, on all GPUs together",
             Some(&Unit::Bytes),
             live.iter().map(|(k, v)| (cu(k), ConstGauge::new(v.1))),
         )?;
@@ -132,7 +132,7 @@ impl Collector for Figures {
         family(
             &mut e,
             "gpushare_client_memory_cap",
-            "Device memory cap of the client (clients without a cap are left out)",
+            "Device memory cap of the client on each GPU (clients without a cap are left out)",
             Some(&Unit::Bytes),
             clients
                 .iter()

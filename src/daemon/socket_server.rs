@@ -5,7 +5,7 @@ use super::identity::Identity;
 use super::state::State;
 use super::status;
 use super::status::Listers;
-use crate::protocol::{frame_len, ErrorCode, Reply, Request, PROTOCOL_VERSION};
+use crate::protocol::{frame_len, DeviceId, ErrorCode, Reply, Request, PROTOCOL_VERSION};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -189,7 +189,7 @@ async fn handle(
                 ),
             ))
         } else {
-            st.attach(&who, pid, &client, reserved, tx)
+            st.attach(&who, pid, &client, &reserved, tx)
         }
     };
     let (session, welcome) = match attached {
@@ -199,8 +199,13 @@ async fn handle(
             return refuse(&mut stream, code, message).await;
         }
     };
-    if reserved > 0 {
-        tracing::info!(pid, uid, user = %who.user, client = %client, session, reserved, "process re-attached");
+    if !reserved.is_empty() {
+        let devices: Vec<String> = reserved
+            .iter()
+            .map(|(device, bytes)| format!("{device}={bytes}"))
+            .collect();
+        let reserved = reserved.iter().fold(0u64, |sum, r| sum.saturating_add(r.1));
+        tracing::info!(pid, uid, user = %who.user, client = %client, session, reserved, devices = devices.join(","), "process re-attached");
     } else {
         tracing::info!(pid, uid, user = %who.user, client = %client, session, "process attached");
     }
@@ -266,26 +271,32 @@ async fn session_loop(
             tracing::trace!(session, ?request, "request");
             let reply = {
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(device) = device_of(&request) {
+                    if let Err(e) = st.use_device(session, device) {
+                        tracing::warn!(session, "closing the connection: {e}");
+                        return Err(e);
+                    }
+                }
                 match request {
                     Request::Hello { .. } => return Err("second Hello".into()),
-                    Request::Acquire => {
-                        st.acquire(session);
+                    Request::Acquire { device } => {
+                        st.acquire(session, device);
                         None
                     }
-                    Request::Release { busy_ns } => {
-                        st.release(session, busy_ns);
+                    Request::Release { device, busy_ns } => {
+                        st.release(session, device, busy_ns);
                         None
                     }
-                    Request::Renew { busy_ns } => {
-                        st.renew(session, busy_ns);
+                    Request::Renew { device, busy_ns } => {
+                        st.renew(session, device, busy_ns);
                         None
                     }
                     Request::Watch { .. } => return Err("Watch on a session connection".into()),
                     Request::Status => return Err("Status on a session connection".into()),
-                    Request::Reserve { bytes } => Some(st.reserve(session, bytes)),
-                    Request::Extend => Some(st.extend(session)),
-                    Request::Unreserve { bytes } => {
-                        st.unreserve(session, bytes);
+                    Request::Reserve { device, bytes } => Some(st.reserve(session, device, bytes)),
+                    Request::Extend { device } => Some(st.extend(session, device)),
+                    Request::Unreserve { device, bytes } => {
+                        st.unreserve(session, device, bytes);
                         None
                     }
                 }
@@ -298,6 +309,19 @@ async fn session_loop(
         if let Io::Closed = next_io(stream, rx, pending).await? {
             return Ok(());
         }
+    }
+}
+
+/// The GPU a request is about, for those about leases and memory.
+fn device_of(request: &Request) -> Option<DeviceId> {
+    match *request {
+        Request::Acquire { device }
+        | Request::Release { device, .. }
+        | Request::Renew { device, .. }
+        | Request::Extend { device }
+        | Request::Reserve { device, .. }
+        | Request::Unreserve { device, .. } => Some(device),
+        Request::Hello { .. } | Request::Watch { .. } | Request::Status => None,
     }
 }
 

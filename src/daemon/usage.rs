@@ -19,7 +19,7 @@ pub struct SessionFigures {
     pub grants: u64,
     /// Time it waited for a grant, since it attached.
     pub waited_ns: u64,
-    /// Device memory it holds now.
+    /// Device memory it holds now, on all GPUs together.
     pub reserved: u64,
 }
 
@@ -29,8 +29,9 @@ pub struct ClientFigures {
     pub name: String,
     pub request: f64,
     pub limit: f64,
-    /// Memory cap in bytes, `None` for unlimited.
+    /// Memory cap in bytes on each GPU, `None` for unlimited.
     pub memory_cap: Option<u64>,
+    /// Device memory its processes hold, on all GPUs together.
     pub memory_used: u64,
 }
 

@@ -1,6 +1,7 @@
 //! The token scheduler: pure, deterministic logic with the clock passed in.
 //!
-//! One token per GPU. A grant is a *lease* of one quantum. Among the clients with a waiting
+//! One token per GPU: a [`Scheduler`] schedules one device, and [`Schedulers`] keeps one for
+//! each device that processes name ([`devices`]). A grant is a *lease* of one quantum. Among the clients with a waiting
 //! process, the one with the smallest weighted virtual time gets the next lease (weights are the
 //! clients' requests), so saturating clients converge to shares proportional to their requests,
 //! and every client gets at least its request (the requests add up to at most 1). Idle share goes
@@ -33,9 +34,11 @@
 use std::collections::{BTreeMap, VecDeque};
 
 pub mod demand;
+pub mod devices;
 pub mod lease_log;
 
 use demand::Demands;
+pub use devices::Schedulers;
 use lease_log::LeaseLog;
 
 /// Monotonic nanoseconds from an arbitrary origin.

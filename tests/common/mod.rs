@@ -8,10 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use gpushare::protocol::{frame_len, Reply, Request, PROTOCOL_VERSION};
+use gpushare::protocol::{frame_len, DeviceId, Reply, Request, PROTOCOL_VERSION};
 
 pub const GPUSHARED: &str = env!("CARGO_BIN_EXE_gpushared");
 pub const GPUSHARE: &str = env!("CARGO_BIN_EXE_gpushare");
+
+/// The GPUs the tests' requests name (each has a token and memory accounts of its own).
+pub const GPU0: DeviceId = DeviceId([0; 16]);
+pub const GPU1: DeviceId = DeviceId([1; 16]);
 
 /// A temp dir every user can enter (the tests drop privileges for some commands).
 pub fn open_tempdir() -> tempfile::TempDir {
@@ -282,7 +286,7 @@ impl Conn {
         self.send(&Request::Hello {
             version: PROTOCOL_VERSION,
             client: client.into(),
-            reserved: 0,
+            reserved: vec![],
         });
         self.recv().expect("a reply to Hello")
     }
@@ -422,10 +426,13 @@ print('ok', flush=True)
         .arg(hex(Request::Hello {
             version: PROTOCOL_VERSION,
             client: client.into(),
-            reserved: 0,
+            reserved: vec![],
         }))
-        .arg(hex(Request::Acquire))
-        .arg(hex(Request::Release { busy_ns: 0 }))
+        .arg(hex(Request::Acquire { device: GPU0 }))
+        .arg(hex(Request::Release {
+            device: GPU0,
+            busy_ns: 0,
+        }))
         .arg(leases.to_string())
         .arg(hold.as_secs_f64().to_string())
         .uid(uid)

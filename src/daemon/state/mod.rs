@@ -1,9 +1,14 @@
-//! The daemon's state: clients, attached sessions, the scheduler and memory accounts.
+//! The daemon's state: clients, attached sessions, the schedulers and memory accounts.
 //!
 //! Everything here is synchronous and quick; callers hold the lock only for a call, never across
 //! an `.await`. Replies to sessions leave through each session's channel.
 //!
-//! The attached sessions and the scheduler are here; the clients and the config in
+//! Each GPU has its own token and memory accounts: a request, limit and memory cap apply on each
+//! GPU the client uses, and a process holds a lease on the GPU it launches on (the requests about
+//! leases and memory name the device). The managed memory of oversubscribing clients lives in
+//! host memory and is one pool for all GPUs.
+//!
+//! The attached sessions and the schedulers are here; the clients and the config in
 //! [`clients`], the memory accounts in [`memory`], what is reported in [`reports`].
 
 mod clients;
@@ -12,7 +17,7 @@ mod reports;
 
 use memory::{managed_limit, memory_flags};
 use reports::figures;
-pub use reports::ClientReport;
+pub use reports::{ClientDeviceReport, ClientReport};
 
 use super::identity::Identity;
 use super::usage::{ClientFigures, SessionFigures, UsageSnapshot};
@@ -21,10 +26,10 @@ use crate::config::{
 };
 use crate::gpu::AttachedProcess;
 use crate::protocol::{
-    ErrorCode, Reply, GRANT_SHARED, MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP,
-    SCHED_INTERACTIVE,
+    DeviceId, ErrorCode, Reply, GRANT_SHARED, MAX_DEVICES, MEMORY_OVERSUBSCRIBE,
+    MEMORY_RELEASE_CACHE, NO_CAP, SCHED_INTERACTIVE,
 };
-use crate::scheduler::{ClientId, Nanos, Scheduler, SessionId, Shares};
+use crate::scheduler::{ClientId, Nanos, Schedulers, SessionId, Shares};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -56,7 +61,8 @@ struct ClientEntry {
     id: ClientId,
     spec: ClientSpec,
     origin: Origin,
-    memory_used: u64,
+    /// Device memory its processes hold, per GPU (no entry: none).
+    memory_used: BTreeMap<DeviceId, u64>,
     sessions: BTreeSet<SessionId>,
 }
 
@@ -66,7 +72,10 @@ struct Session {
     uid: u32,
     user: String,
     client: String,
-    reserved: u64,
+    /// Device memory it holds, per GPU (no entry: none).
+    reserved: BTreeMap<DeviceId, u64>,
+    /// The GPUs its requests named, at most [`MAX_DEVICES`].
+    devices: BTreeSet<DeviceId>,
     /// The hook serves this session's device allocations as managed memory (fixed at attach).
     managed: bool,
     tx: mpsc::UnboundedSender<Reply>,
@@ -107,7 +116,7 @@ pub struct State {
     pub config_path: PathBuf,
     clients: BTreeMap<String, ClientEntry>,
     sessions: BTreeMap<SessionId, Session>,
-    sched: Scheduler,
+    sched: Schedulers,
     next_id: u64,
     origin: Instant,
     events: broadcast::Sender<Event>,
@@ -124,7 +133,7 @@ pub struct State {
 impl State {
     pub fn new(config: Config, config_path: PathBuf, events: broadcast::Sender<Event>) -> State {
         let origin = Instant::now();
-        let mut sched = Scheduler::new(config.daemon.quantum.as_nanos() as Nanos, 0);
+        let mut sched = Schedulers::new(config.daemon.quantum.as_nanos() as Nanos);
         sched.set_grace(config.daemon.lease_grace.as_nanos() as Nanos);
         sched.set_slots(
             config.daemon.concurrent_leases,
@@ -183,7 +192,7 @@ impl State {
                 id,
                 spec,
                 origin,
-                memory_used: 0,
+                memory_used: BTreeMap::new(),
                 sessions: BTreeSet::new(),
             },
         );
@@ -199,15 +208,15 @@ impl State {
     // ---- sessions (the socket side) ----
 
     /// Attaches a process. `requested` is the client name it asked for ("" = its user's default);
-    /// `reserved`, the device memory a process re-attaching after a restart already holds, is
-    /// counted at once, even past the client's cap (its next allocations then fail).
-    /// Returns the session id and the Welcome to send.
+    /// `reserved`, the device memory a process re-attaching after a restart already holds on
+    /// each GPU, is counted at once on that GPU, even past the client's cap (its next
+    /// allocations there then fail). Returns the session id and the Welcome to send.
     pub fn attach(
         &mut self,
         who: &Identity,
         pid: u32,
         requested: &str,
-        reserved: u64,
+        reserved: &[(DeviceId, u64)],
         tx: mpsc::UnboundedSender<Reply>,
     ) -> Result<(SessionId, Reply), (ErrorCode, String)> {
         let name = if requested.is_empty() {
@@ -258,14 +267,21 @@ impl State {
                 uid: who.uid,
                 user: who.user.clone(),
                 client: name.clone(),
-                reserved: 0,
+                reserved: BTreeMap::new(),
+                devices: BTreeSet::new(),
                 managed,
                 tx,
                 watch: None,
             },
         );
-        if reserved > 0 {
-            self.adopt(session, reserved);
+        for &(device, bytes) in reserved {
+            // a Hello lists at most MAX_DEVICES GPUs
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.devices.insert(device);
+            }
+            if bytes > 0 {
+                self.adopt(session, device, bytes);
+            }
         }
         self.emit(Event::Attached {
             client: name,
@@ -316,11 +332,11 @@ impl State {
         }
     }
 
-    /// A session's connection closed: free its token and memory.
+    /// A session's connection closed: free its leases and memory on every GPU.
     pub fn detach(&mut self, session: SessionId) {
         let now = self.now();
         self.sched.session_gone(session, now);
-        self.unreserve(session, u64::MAX);
+        self.unreserve_all(session);
         let Some(s) = self.sessions.remove(&session) else {
             return;
         };
@@ -346,18 +362,40 @@ impl State {
         self.clients.get(&s.client).map(|c| c.id)
     }
 
-    pub fn acquire(&mut self, session: SessionId) {
+    /// Notes that a request of `session` named `device`. A process may name at most
+    /// [`MAX_DEVICES`] GPUs, so that what one process makes the daemon keep stays bounded; the
+    /// error says why its connection is closed.
+    pub fn use_device(&mut self, session: SessionId, device: DeviceId) -> Result<(), String> {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return Ok(());
+        };
+        if s.devices.contains(&device) {
+            return Ok(());
+        }
+        if s.devices.len() >= MAX_DEVICES {
+            return Err(format!(
+                "process {} named more than {MAX_DEVICES} GPUs (the last {device})",
+                s.pid
+            ));
+        }
+        s.devices.insert(device);
+        Ok(())
+    }
+
+    /// `session` asks for the token of `device`.
+    pub fn acquire(&mut self, session: SessionId, device: DeviceId) {
         if let Some(client) = self.client_of(session) {
             let now = self.now();
-            self.sched.acquire(client, session, now);
+            self.sched.acquire(device, client, session, now);
             self.dispatch();
         }
     }
 
-    /// Another lease at once for a holder nobody waits behind; `NotExtended` otherwise.
-    pub fn extend(&mut self, session: SessionId) -> Reply {
+    /// Another lease on `device` at once for a holder nobody waits behind there; `NotExtended`
+    /// otherwise.
+    pub fn extend(&mut self, session: SessionId, device: DeviceId) -> Reply {
         let now = self.now();
-        let reply = match self.sched.extend(session, now) {
+        let reply = match self.sched.extend(device, session, now) {
             Some(lease_ns) => Reply::Grant { lease_ns, flags: 0 },
             None => Reply::NotExtended,
         };
@@ -365,28 +403,31 @@ impl State {
         reply
     }
 
-    /// Release and acquire in one step: the session waits in line before the token moves on.
-    pub fn renew(&mut self, session: SessionId, busy_ns: u64) {
+    /// Release and acquire in one step: the session waits in line for `device` before its token
+    /// moves on.
+    pub fn renew(&mut self, session: SessionId, device: DeviceId, busy_ns: u64) {
         let now = self.now();
-        self.sched.release(session, busy_ns, now);
-        self.acquire(session);
+        self.sched.release(device, session, busy_ns, now);
+        self.acquire(session, device);
     }
 
-    pub fn release(&mut self, session: SessionId, busy_ns: u64) {
+    pub fn release(&mut self, session: SessionId, device: DeviceId, busy_ns: u64) {
         let now = self.now();
-        self.sched.release(session, busy_ns, now);
+        self.sched.release(device, session, busy_ns, now);
         self.dispatch();
     }
 
-    /// Ends expired leases and sends the next grant. Returns when it next needs to run.
+    /// Ends expired leases and sends the next grants, on every GPU. Returns when it next needs
+    /// to run.
     pub fn dispatch(&mut self) -> Option<Nanos> {
         let now = self.now();
-        while let Some(g) = self.sched.poll(now) {
+        while let Some((device, g)) = self.sched.poll(now) {
             tracing::trace!(
+                %device,
                 session = g.session,
                 lease_ns = g.lease_ns,
-                holders = self.sched.holder_count(),
-                demand = self.sched.demand(g.session),
+                holders = self.sched.holder_count(device),
+                demand = self.sched.demand(device, g.session),
                 "grant"
             );
             let delivered = self.sessions.get(&g.session).is_some_and(|s| {
@@ -410,6 +451,12 @@ impl State {
     }
 
     /// Each attached process with what its sessions reserved and when one last held a lease.
+    ///
+    /// `reserved` is what the process holds on all GPUs together, and `last_held` its latest
+    /// lease on any of them: the GPU side adds up what NVML counts for the process over the
+    /// managed devices and compares the sum with it, so memory on one GPU is never taken for
+    /// memory missing on another (the check may miss memory a process holds on one GPU beyond
+    /// what it reserved there while it holds less elsewhere; it never reports one that did not).
     pub fn attached_processes(&self) -> Vec<AttachedProcess> {
         let now = self.now();
         let mut by_pid: BTreeMap<u32, AttachedProcess> = BTreeMap::new();
@@ -419,7 +466,7 @@ impl State {
                 client: s.client.clone(),
                 ..AttachedProcess::pid(s.pid)
             });
-            p.reserved = p.reserved.saturating_add(s.reserved);
+            p.reserved = p.reserved.saturating_add(s.reserved_total());
             let held = self.sched.last_held(id, now).map(|t| self.instant_at(t));
             p.last_held = p.last_held.max(held);
         }
@@ -435,6 +482,15 @@ impl State {
     }
 }
 
+impl Session {
+    /// Device memory it holds on all GPUs together.
+    fn reserved_total(&self) -> u64 {
+        self.reserved
+            .values()
+            .fold(0u64, |sum, b| sum.saturating_add(*b))
+    }
+}
+
 fn shares(s: &Share) -> Shares {
     Shares {
         request: s.request,
@@ -446,6 +502,9 @@ fn shares(s: &Share) -> Shares {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const GPU0: DeviceId = DeviceId([0; 16]);
+    const GPU1: DeviceId = DeviceId([1; 16]);
 
     fn state(text: &str) -> (State, broadcast::Receiver<Event>) {
         let (tx, rx) = broadcast::channel(64);
@@ -476,10 +535,10 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let alice = user(1000, "alice");
         let bob = user(1001, "bob");
-        let err = s.attach(&bob, 7, "train", 0, tx.clone()).unwrap_err();
+        let err = s.attach(&bob, 7, "train", &[], tx.clone()).unwrap_err();
         assert_eq!(err.0, ErrorCode::NotAllowed);
         assert!(err.1.contains("bob"), "{}", err.1);
-        let (sid, welcome) = s.attach(&alice, 8, "train", 0, tx.clone()).unwrap();
+        let (sid, welcome) = s.attach(&alice, 8, "train", &[], tx.clone()).unwrap();
         assert!(matches!(
             welcome,
             Reply::Welcome {
@@ -487,18 +546,18 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(s.reserve(sid, 600), Reply::Reserved { used: 600 });
+        assert_eq!(s.reserve(sid, GPU0, 600), Reply::Reserved { used: 600 });
         assert_eq!(
-            s.reserve(sid, 401),
+            s.reserve(sid, GPU0, 401),
             Reply::OverCap {
                 used: 600,
                 cap: 1000
             }
         );
-        assert_eq!(s.reserve(sid, 400), Reply::Reserved { used: 1000 });
-        s.unreserve(sid, 100);
-        assert_eq!(s.reserve(sid, 0), Reply::Reserved { used: 900 });
-        s.acquire(sid);
+        assert_eq!(s.reserve(sid, GPU0, 400), Reply::Reserved { used: 1000 });
+        s.unreserve(sid, GPU0, 100);
+        assert_eq!(s.reserve(sid, GPU0, 0), Reply::Reserved { used: 900 });
+        s.acquire(sid, GPU0);
         assert_eq!(
             rx.try_recv().unwrap(),
             Reply::Grant {
@@ -517,13 +576,15 @@ mod tests {
     fn unnamed_processes_get_their_users_default_client() {
         let (mut s, _rx) = state(CFG);
         let (tx, _r) = mpsc::unbounded_channel();
-        let (a, w) = s.attach(&user(1001, "bob"), 9, "", 0, tx.clone()).unwrap();
+        let (a, w) = s
+            .attach(&user(1001, "bob"), 9, "", &[], tx.clone())
+            .unwrap();
         assert!(
             matches!(&w, Reply::Welcome { client, memory_cap, .. } if client == "user.bob" && *memory_cap == 1 << 30)
         );
         // another user cannot attach as bob's default client
         assert!(s
-            .attach(&user(1002, "carol"), 10, "user.bob", 0, tx.clone())
+            .attach(&user(1002, "carol"), 10, "user.bob", &[], tx.clone())
             .is_err());
         s.detach(a);
         assert!(
@@ -537,19 +598,102 @@ mod tests {
         let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\nmemory = \"1GiB\"\n");
         let (tx, _r) = mpsc::unbounded_channel();
         let (a, _) = s
-            .attach(&user(1, "u"), 1, "a", 3 << 29, tx.clone())
+            .attach(&user(1, "u"), 1, "a", &[(GPU0, 3 << 29)], tx.clone())
             .unwrap();
         assert_eq!(s.report("a").unwrap().memory_used, 3 << 29);
         // Over the cap: nothing more fits, and what it frees comes off its count.
-        assert!(matches!(s.reserve(a, 1), Reply::OverCap { .. }));
-        s.unreserve(a, 1 << 29);
+        assert!(matches!(s.reserve(a, GPU0, 1), Reply::OverCap { .. }));
+        s.unreserve(a, GPU0, 1 << 29);
         assert_eq!(s.report("a").unwrap().memory_used, 1 << 30);
-        assert!(matches!(s.reserve(a, 1), Reply::OverCap { .. }));
-        s.unreserve(a, 1);
-        assert!(matches!(s.reserve(a, 1), Reply::Reserved { .. }));
+        assert!(matches!(s.reserve(a, GPU0, 1), Reply::OverCap { .. }));
+        s.unreserve(a, GPU0, 1);
+        assert!(matches!(s.reserve(a, GPU0, 1), Reply::Reserved { .. }));
         // Its exit gives all of it back.
         s.detach(a);
         assert_eq!(s.report("a").unwrap().memory_used, 0);
+    }
+
+    #[test]
+    fn each_gpu_has_its_own_token_and_memory_cap() {
+        let (mut s, _rx) =
+            state("[clients.a]\nusers=[\"*\"]\nmemory = 1000\n[clients.b]\nusers=[\"*\"]\n");
+        let (ta, mut ra) = mpsc::unbounded_channel();
+        let (tb, mut rb) = mpsc::unbounded_channel();
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", &[], ta).unwrap();
+        let (b, _) = s.attach(&user(1, "u"), 2, "b", &[], tb).unwrap();
+        s.acquire(a, GPU0);
+        s.acquire(b, GPU1);
+        assert!(matches!(ra.try_recv(), Ok(Reply::Grant { .. })));
+        assert!(
+            matches!(rb.try_recv(), Ok(Reply::Grant { .. })),
+            "b holds GPU 1 while a holds GPU 0"
+        );
+        // the cap applies on each GPU
+        assert_eq!(s.reserve(a, GPU0, 1000), Reply::Reserved { used: 1000 });
+        assert_eq!(s.reserve(a, GPU1, 1000), Reply::Reserved { used: 1000 });
+        assert_eq!(
+            s.reserve(a, GPU1, 1),
+            Reply::OverCap {
+                used: 1000,
+                cap: 1000
+            }
+        );
+        s.unreserve(a, GPU1, 400);
+        assert_eq!(s.reserve(a, GPU1, 0), Reply::Reserved { used: 600 });
+        assert_eq!(s.reserve(a, GPU0, 0), Reply::Reserved { used: 1000 });
+        let r = s.report("a").unwrap();
+        assert_eq!(r.memory_used, 1600, "the total over the GPUs");
+        let devices: Vec<(String, u64, bool)> = r
+            .devices
+            .iter()
+            .map(|d| (d.device.clone(), d.memory_used, d.holding))
+            .collect();
+        assert_eq!(
+            devices,
+            vec![
+                (GPU0.to_string(), 1000, true),
+                (GPU1.to_string(), 600, false)
+            ]
+        );
+        let p = s.attached_processes();
+        assert_eq!(p.iter().find(|p| p.pid == 1).unwrap().reserved, 1600);
+        assert_eq!(s.usage_snapshot().clients[0].memory_used, 1600);
+        // its exit frees its memory and its lease on every GPU
+        s.detach(a);
+        let r = s.report("a").unwrap();
+        assert_eq!((r.memory_used, r.holding), (0, false));
+        assert_eq!(r.devices.len(), 1, "GPU 0, where it held a lease");
+    }
+
+    #[test]
+    fn a_re_attaching_process_keeps_its_memory_on_each_gpu() {
+        let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\nmemory = 1000\n");
+        let (tx, _r) = mpsc::unbounded_channel();
+        let held = [(GPU0, 600), (GPU1, 1200)];
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", &held, tx).unwrap();
+        assert_eq!(s.report("a").unwrap().memory_used, 1800);
+        // over the cap on GPU 1 only
+        assert!(matches!(
+            s.reserve(a, GPU1, 1),
+            Reply::OverCap { used: 1200, .. }
+        ));
+        assert_eq!(s.reserve(a, GPU0, 400), Reply::Reserved { used: 1000 });
+        s.detach(a);
+        assert_eq!(s.report("a").unwrap().memory_used, 0);
+    }
+
+    #[test]
+    fn a_process_names_a_bounded_number_of_gpus() {
+        let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\n");
+        let (tx, _r) = mpsc::unbounded_channel();
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", &[], tx).unwrap();
+        let gpu = |i: usize| DeviceId([i as u8; 16]);
+        for i in 0..MAX_DEVICES {
+            s.use_device(a, gpu(i)).unwrap();
+        }
+        s.use_device(a, gpu(0)).unwrap();
+        let e = s.use_device(a, gpu(MAX_DEVICES)).unwrap_err();
+        assert!(e.contains("more than 64 GPUs"), "{e}");
     }
 
     #[test]
@@ -557,10 +701,10 @@ mod tests {
         let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\n[clients.b]\nusers=[\"*\"]\n");
         let (ta, mut ra) = mpsc::unbounded_channel();
         let (tb, mut rb) = mpsc::unbounded_channel();
-        let (a, _) = s.attach(&user(1, "u"), 1, "a", 0, ta).unwrap();
-        let (b, _) = s.attach(&user(1, "u"), 2, "b", 0, tb).unwrap();
-        s.acquire(a);
-        s.acquire(b);
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", &[], ta).unwrap();
+        let (b, _) = s.attach(&user(1, "u"), 2, "b", &[], tb).unwrap();
+        s.acquire(a, GPU0);
+        s.acquire(b, GPU0);
         assert!(matches!(ra.try_recv(), Ok(Reply::Grant { .. })));
         assert!(rb.try_recv().is_err(), "b waits while a holds the token");
         s.detach(a); // a crashed
@@ -572,19 +716,19 @@ mod tests {
         let (mut s, _rx) = state("[clients.big]\nrequest = 0.9\nusers=[\"*\"]\n[clients.small]\nrequest = 0.1\nusers=[\"*\"]\n");
         let (ta, mut ra) = mpsc::unbounded_channel();
         let (tb, mut rb) = mpsc::unbounded_channel();
-        let (a, _) = s.attach(&user(1, "u"), 1, "big", 0, ta).unwrap();
-        let (b, _) = s.attach(&user(1, "u"), 2, "small", 0, tb).unwrap();
-        s.acquire(a);
-        s.acquire(b);
+        let (a, _) = s.attach(&user(1, "u"), 1, "big", &[], ta).unwrap();
+        let (b, _) = s.attach(&user(1, "u"), 2, "small", &[], tb).unwrap();
+        s.acquire(a, GPU0);
+        s.acquire(b, GPU0);
         let mut grants = (0, 0);
         for _ in 0..20 {
             // whoever holds the token renews it at once, as the hook does at a lease's end
             if matches!(ra.try_recv(), Ok(Reply::Grant { .. })) {
                 grants.0 += 1;
-                s.renew(a, 1);
+                s.renew(a, GPU0, 1);
             } else if matches!(rb.try_recv(), Ok(Reply::Grant { .. })) {
                 grants.1 += 1;
-                s.renew(b, 1);
+                s.renew(b, GPU0, 1);
             }
         }
         // a release followed by a separate acquire would alternate 10/10
@@ -640,9 +784,9 @@ mod tests {
     fn usage_snapshots_hand_over_each_process_once_it_is_gone() {
         let (mut s, _rx) = state(CFG);
         let (tx, _r) = mpsc::unbounded_channel();
-        let (sid, _) = s.attach(&user(1000, "alice"), 8, "train", 0, tx).unwrap();
-        s.reserve(sid, 300);
-        s.acquire(sid);
+        let (sid, _) = s.attach(&user(1000, "alice"), 8, "train", &[], tx).unwrap();
+        s.reserve(sid, GPU0, 300);
+        s.acquire(sid, GPU0);
         let snap = s.usage_snapshot();
         assert_eq!(snap.sessions.len(), 1);
         let live = &snap.sessions[0];
@@ -652,7 +796,7 @@ mod tests {
         );
         assert_eq!((live.grants, live.reserved), (1, 300));
         assert_eq!(snap.clients[0].memory_cap, Some(1000));
-        s.release(sid, 0);
+        s.release(sid, GPU0, 0);
         s.detach(sid);
         let snap = s.usage_snapshot();
         assert!(snap.sessions.is_empty());

@@ -9,19 +9,25 @@ pub struct ClientReport {
     pub origin: &'static str,
     pub request: f64,
     pub limit: f64,
-    /// Memory cap in bytes, `None` for unlimited.
+    /// Memory cap in bytes on each GPU, `None` for unlimited.
     pub memory: Option<u64>,
+    /// Device memory its processes hold, on all GPUs together.
     pub memory_used: u64,
     pub interactive: bool,
-    /// Fraction of GPU time charged over the last ten seconds.
+    /// Fraction of GPU time charged over the last ten seconds, added up over the GPUs (1.0 is
+    /// one GPU's time).
     pub share_used: f64,
     pub gpu_time_ns: u64,
     pub charged_ns: u64,
     pub grants: u64,
     /// Time its processes waited for a grant.
     pub waited_ns: u64,
+    /// Whether one of its processes holds a lease on some GPU.
     pub holding: bool,
+    /// Its processes waiting for a lease, counted once per GPU they wait for.
     pub waiting: u32,
+    /// Its figures on each GPU it uses or used.
+    pub devices: Vec<ClientDeviceReport>,
     pub pids: Vec<u32>,
     pub users: Vec<String>,
     pub groups: Vec<String>,
@@ -32,6 +38,21 @@ pub struct ClientReport {
     /// Resident budget in bytes, `None` for all of the client's managed memory.
     pub resident: Option<u64>,
     pub release_cache: bool,
+}
+
+/// A client's figures on one GPU.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ClientDeviceReport {
+    /// The GPU's UUID, as NVML writes it (`GPU-...`).
+    pub device: String,
+    /// Device memory its processes hold there.
+    pub memory_used: u64,
+    /// Fraction of that GPU's time charged to it over the last ten seconds.
+    pub share_used: f64,
+    /// Whether one of its processes holds a lease there.
+    pub holding: bool,
+    /// Its processes waiting for a lease there.
+    pub waiting: u32,
 }
 
 impl State {
@@ -45,7 +66,7 @@ impl State {
             request: c.spec.share.request,
             limit: c.spec.share.limit,
             memory: c.spec.share.memory,
-            memory_used: c.memory_used,
+            memory_used: total(&c.memory_used),
             interactive: c.spec.share.interactive,
             share_used: u.share,
             gpu_time_ns: u.gpu_total,
@@ -54,6 +75,7 @@ impl State {
             waited_ns: u.waited_total,
             holding: u.holding,
             waiting: u.waiting as u32,
+            devices: self.device_reports(c, now),
             pids: c
                 .sessions
                 .iter()
@@ -69,6 +91,38 @@ impl State {
             resident: c.spec.memory_mode.resident,
             release_cache: c.spec.memory_mode.release_cache,
         })
+    }
+
+    /// A client's figures on each GPU where it holds memory or got or waits for a lease.
+    fn device_reports(&self, c: &ClientEntry, now: Nanos) -> Vec<ClientDeviceReport> {
+        let mut by_device: BTreeMap<DeviceId, ClientDeviceReport> = BTreeMap::new();
+        for (device, u) in self.sched.device_usage(c.id, now) {
+            if u.grants > 0 || u.waiting > 0 || u.holding {
+                by_device.insert(
+                    device,
+                    ClientDeviceReport {
+                        device: device.to_string(),
+                        memory_used: 0,
+                        share_used: u.share,
+                        holding: u.holding,
+                        waiting: u.waiting as u32,
+                    },
+                );
+            }
+        }
+        for (&device, &bytes) in &c.memory_used {
+            by_device
+                .entry(device)
+                .or_insert_with(|| ClientDeviceReport {
+                    device: device.to_string(),
+                    memory_used: 0,
+                    share_used: 0.0,
+                    holding: false,
+                    waiting: 0,
+                })
+                .memory_used = bytes;
+        }
+        by_device.into_values().collect()
     }
 
     pub fn reports(&self) -> Vec<ClientReport> {
@@ -95,7 +149,7 @@ impl State {
                     request: c.spec.share.request,
                     limit: c.spec.share.limit,
                     memory_cap: c.spec.share.memory,
-                    memory_used: c.memory_used,
+                    memory_used: total(&c.memory_used),
                 })
                 .collect(),
             reload_failures: self.reload_failures,
@@ -116,6 +170,13 @@ pub(super) fn figures(
         charged_ns: u.charged,
         grants: u.grants,
         waited_ns: u.waited,
-        reserved: s.reserved,
+        reserved: s.reserved_total(),
     }
+}
+
+/// Memory per GPU added up.
+fn total(per_device: &BTreeMap<DeviceId, u64>) -> u64 {
+    per_device
+        .values()
+        .fold(0u64, |sum, b| sum.saturating_add(*b))
 }
