@@ -23,6 +23,8 @@
 #      (latency/run.sh, results in OUTPUT_DIR/interactive)
 #  12  restarts: two saturating jobs' shares and a capped process's cap across a restart of
 #      gpushared (restart/run.sh)
+#  13  every GPU its own token: one saturating job per GPU, with and without gpushare, and a
+#      process capped on each of two GPUs (multi_gpu/run.sh; needs two or more GPUs)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -32,7 +34,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench/run.sh OUTPUT_DIR [PART...]}
 shift
-parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12}
+parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12 13}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TARGET=${TARGET:-$here/../target/release}
@@ -69,6 +71,7 @@ for part in $parts; do
     11) PHASES="solo gpushare_solo timeslice gpushare gpushare_interactive gpushare_interactive_q gpushare_default gpushare_interactive_default" \
           step latency_interactive 400 "$here/latency/run.sh" "$out/interactive" ;;
     12) step restart 200 "$here/restart/run.sh" "$out" ;;
+    13) step multi_gpu 200 "$here/multi_gpu/run.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done

@@ -907,13 +907,13 @@ fn recording_daemon_with_mps(
                     queue_ahead_ns: 2_000_000,
                     sched_flags: 0,
                 }),
-                Request::Acquire | Request::Renew { .. } => Some(Reply::Grant {
+                Request::Acquire { .. } | Request::Renew { .. } => Some(Reply::Grant {
                     lease_ns: 20_000_000,
                     flags: 0,
                 }),
                 Request::Reserve { .. } => Some(Reply::Reserved { used: 0 }),
                 // as if others waited: the hook drains and renews
-                Request::Extend => Some(Reply::NotExtended),
+                Request::Extend { .. } => Some(Reply::NotExtended),
                 _ => None,
             };
             seen.push((start.elapsed(), req));
@@ -955,9 +955,9 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
             kinds.as_slice(),
             [
                 Request::Hello { .. },
-                Request::Acquire,
+                Request::Acquire { .. },
                 Request::Release { .. },
-                Request::Acquire,
+                Request::Acquire { .. },
                 ..
             ]
         ),
@@ -970,7 +970,7 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
         held >= Duration::from_millis(20) && held < Duration::from_millis(200),
         "{seen:?}"
     );
-    if let Request::Release { busy_ns } = seen[2].1 {
+    if let Request::Release { busy_ns, .. } = seen[2].1 {
         assert!(
             busy_ns <= held.as_nanos() as u64,
             "an idle lease reports at most its length as busy: {busy_ns}"
@@ -1010,7 +1010,7 @@ fn threads_share_one_token_and_one_conversation() {
     let mut acquires = 0;
     for (_, r) in &seen[1..] {
         match r {
-            Request::Acquire => {
+            Request::Acquire { .. } => {
                 assert!(expect_acquire, "two Acquires in a row: {seen:?}");
                 acquires += 1;
                 expect_acquire = false;
@@ -1023,7 +1023,7 @@ fn threads_share_one_token_and_one_conversation() {
                 assert!(!expect_acquire, "Renew without a lease: {seen:?}");
                 acquires += 1;
             }
-            Request::Extend => assert!(!expect_acquire, "Extend without a lease: {seen:?}"),
+            Request::Extend { .. } => assert!(!expect_acquire, "Extend without a lease: {seen:?}"),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -1903,4 +1903,179 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
         }
         Ok(())
     });
+}
+
+/// Every GPU has its own token: two saturating processes of two clients (requests 0.75 and
+/// 0.25) on two GPUs of one machine both run as fast as alone, where one token for the machine
+/// would give them 0.75 and 0.25 of it.
+#[test]
+fn processes_on_different_gpus_do_not_wait_for_each_other() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start_default(
+        "",
+        "[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n",
+    );
+    measured("two GPUs", || {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+        let op = "run:2000:1600000:4:0";
+        let children: Vec<_> = [("big", "device:0"), ("small", "device:1")]
+            .iter()
+            .map(|(client, device)| {
+                Run::new(Via::Dlsym)
+                    .daemon(&d)
+                    .log(&log)
+                    .client(client)
+                    .env("FAKE_CUDA_DEVICES", "2")
+                    .env("FAKE_CUDA_GPU", &gpu.display().to_string())
+                    .command(&[device, op])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let on_gpu1 = text.lines().filter(|l| l.ends_with(" dev=1")).count();
+        if on_gpu1 == 0 {
+            return Err("no kernel ran on GPU 1".into());
+        }
+        let k = kernels(&log);
+        let (busy, from, to) = busy_together(&k, &pids);
+        let span = (to - from) as f64;
+        let (big, small) = (busy[0] as f64 / span, busy[1] as f64 / span);
+        eprintln!(
+            "two GPUs: big {big:.3}, small {small:.3} busy, {} ms together",
+            (to - from) / 1_000_000
+        );
+        if to - from <= 1_200_000_000 {
+            return Err(format!("ran together {} ms", (to - from) / 1_000_000));
+        }
+        // Alone, such a job keeps its GPU about 0.97 busy (it synchronizes every 4 kernels).
+        if big < 0.9 || small < 0.9 {
+            return Err(format!(
+                "big kept its GPU {big:.3} busy, small {small:.3}: they waited for each other"
+            ));
+        }
+        Ok(())
+    });
+}
+
+/// A client's memory cap holds on each GPU: a process of a client capped at 1 GiB allocates
+/// its cap on GPU 0 and again on GPU 1, and not a byte more on either; each GPU's memory query
+/// shows the cap and what is left of it there.
+#[test]
+fn the_memory_cap_holds_on_each_gpu() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
+    let half = (GIB / 2).to_string();
+    let out = Run::new(Via::Link)
+        .daemon(&d)
+        .client("capped")
+        .env("FAKE_CUDA_DEVICES", "2")
+        .ok(&[
+            &format!("alloc:{half}"),
+            &format!("alloc:{half}"),
+            "alloc:1",
+            "info",
+            "device:1",
+            "info",
+            &format!("alloc:{half}"),
+            "info",
+            &format!("alloc:{half}"),
+            "alloc:1",
+            "device:0",
+            "free:0",
+            "alloc:1",
+            "device:1",
+            "alloc:1",
+        ]);
+    let l: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        l,
+        [
+            "init 0".to_string(),
+            format!("alloc {half} -> 0"),
+            format!("alloc {half} -> 0"),
+            "alloc 1 -> 2".into(),
+            format!("info free=0 total={GIB} -> 0"),
+            "device 1 -> 0".into(),
+            format!("info free={GIB} total={GIB} -> 0"),
+            format!("alloc {half} -> 0"),
+            format!("info free={half} total={GIB} -> 0"),
+            format!("alloc {half} -> 0"),
+            "alloc 1 -> 2".into(),
+            "device 0 -> 0".into(),
+            "free 0 -> 0".into(),
+            // Freed on GPU 0: room there, none on GPU 1.
+            "alloc 1 -> 0".into(),
+            "device 1 -> 0".into(),
+            "alloc 1 -> 2".into(),
+        ],
+    );
+}
+
+/// A process that launches on two GPUs from two threads (one per GPU) holds one GPU's lease at
+/// a time: both threads finish (neither starves while the other renews its lease), and the
+/// process never has work on both GPUs at once.
+#[test]
+fn a_process_on_two_gpus_takes_their_tokens_in_turn() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = Daemon::start("[clients.both]\nusers = [\"{uid}\"]\n");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kernels.log");
+    let started = std::time::Instant::now();
+    let out = Run::new(Via::Dlsym)
+        .daemon(&d)
+        .log(&log)
+        .client("both")
+        .env("FAKE_CUDA_DEVICES", "2")
+        .env(
+            "FAKE_CUDA_GPU",
+            &dir.path().join("gpu").display().to_string(),
+        )
+        .ok(&["gpu_threads:2:300"]);
+    assert!(out.contains("gpu_threads 2 300 -> 0"), "{out}");
+    // 600 ms of kernels; one GPU at a time with hand-overs, well within 10 s.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let on = |gpu1: bool| -> Vec<(u64, u64)> {
+        text.lines()
+            .filter(|l| l.ends_with(" dev=1") == gpu1)
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[1].parse().unwrap(), f[2].parse().unwrap())
+            })
+            .collect()
+    };
+    let (gpu0, gpu1) = (on(false), on(true));
+    assert_eq!((gpu0.len(), gpu1.len()), (300, 300));
+    let together: u64 = gpu0
+        .iter()
+        .flat_map(|a| {
+            gpu1.iter()
+                .map(move |b| a.1.min(b.1).saturating_sub(a.0.max(b.0)))
+        })
+        .sum();
+    assert!(
+        together < 30_000_000,
+        "{} ms of work on both GPUs at once",
+        together / 1_000_000
+    );
 }

@@ -85,14 +85,21 @@ mod tests {
             s.read_exact(&mut payload).unwrap();
             assert_eq!(
                 Request::decode(&payload).unwrap(),
-                Request::Reserve { bytes: 42 }
+                Request::Reserve {
+                    device: proto::protocol::DeviceId::default(),
+                    bytes: 42,
+                }
             );
             s.write_all(&Reply::Reserved { used: 42 }.to_frame().unwrap())
                 .unwrap();
         });
         let mut link = Link::connect(&path).unwrap();
         assert_eq!(
-            link.call(&Request::Reserve { bytes: 42 }).unwrap(),
+            link.call(&Request::Reserve {
+                device: proto::protocol::DeviceId::default(),
+                bytes: 42,
+            })
+            .unwrap(),
             Reply::Reserved { used: 42 }
         );
         server.join().unwrap();

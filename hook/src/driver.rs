@@ -265,9 +265,11 @@ pub enum Helper {
     cuMemPrefetchAsync,
     cuStreamCreate,
     cuStreamSynchronize,
+    cuDeviceGetUuid_v2,
+    cuDeviceGetUuid,
 }
 
-static HELPERS: [Slot; 17] = [
+static HELPERS: [Slot; 19] = [
     Slot::new(c"cuStreamIsCapturing", Lib::Cuda),
     Slot::new(c"cuThreadExchangeStreamCaptureMode", Lib::Cuda),
     Slot::new(c"cuEventCreate", Lib::Cuda),
@@ -285,6 +287,8 @@ static HELPERS: [Slot; 17] = [
     Slot::new(c"cuMemPrefetchAsync", Lib::Cuda),
     Slot::new(c"cuStreamCreate", Lib::Cuda),
     Slot::new(c"cuStreamSynchronize", Lib::Cuda),
+    Slot::new(c"cuDeviceGetUuid_v2", Lib::Cuda),
+    Slot::new(c"cuDeviceGetUuid", Lib::Cuda),
 ];
 
 /// The real helper function as `F` (an `unsafe extern "C" fn` type of the right signature).

@@ -15,15 +15,16 @@
 //! reach it too.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicI32, Ordering::*};
 use std::time::Duration;
 
 use crate::clock::{fast_deadline, fast_now, now_ns};
 use crate::cuda::*;
+use crate::devices::{self, Device};
 use crate::driver::{current_context, helper, Helper};
 use crate::lease::{
     exiting, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE, GATE_AT, INTERACTIVE,
-    LEASE_END_NS, REVOKED_AT, WAIT_LIMIT_NS, WATCHER, WATCHER_THREAD,
+    LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER, WATCHER_THREAD,
 };
 use crate::pacing::{self, wait_until_done, CUDA_NOT_READY};
 use crate::residency;
@@ -60,8 +61,13 @@ impl Stream {
 pub fn enter(stream: Stream) {
     let at = GATE_AT.load(Relaxed);
     // Ungated processes read no clock (it costs a launch more than the compare).
-    if at != u64::MAX && fast_now() >= at {
-        stop(stream);
+    if at != u64::MAX {
+        if fast_now() >= at {
+            stop(stream);
+        } else if devices::launch_ordinal().is_some_and(|d| d != LEASE_ORDINAL.load(Relaxed)) {
+            // A process on several GPUs holds one GPU's lease at a time.
+            renew(stream);
+        }
     }
     if let Some(handle) = stream.handle() {
         streams::note(handle);
@@ -103,16 +109,40 @@ fn stop(stream: Stream) {
     }
 }
 
+/// Ends the lease (when it ran out, was revoked, or is for another GPU than the launching
+/// thread's) and waits for the next one, on the launching thread's GPU.
 #[cold]
 #[inline(never)]
 fn renew(stream: Stream) {
     if exiting() {
         return; // never wait for the daemon at exit
     }
-    let mut lease = GATE.lock();
-    if fast_now() < DEADLINE.load(Acquire) {
-        return; // another thread renewed it while we waited for the lock
-    }
+    let here = devices::current();
+    let mut lease = loop {
+        let lease = GATE.lock();
+        let valid = fast_now() < DEADLINE.load(Acquire);
+        let wanted = WANTED.load(Acquire);
+        let other_waits = wanted >= 0 && wanted != here.ordinal;
+        if valid && lease.device.ordinal == here.ordinal {
+            // Another thread renewed it while we waited for the lock.
+            let _ = WANTED.compare_exchange(here.ordinal, -1, AcqRel, Acquire);
+            return;
+        }
+        if !valid && (lease.holding || !other_waits) {
+            break lease;
+        }
+        // A process on several GPUs holds one GPU's lease at a time: a launch on another GPU
+        // waits for the end of that lease, and a thread already waiting for its GPU goes first.
+        let pause = if valid {
+            let _ = WANTED.compare_exchange(-1, here.ordinal, AcqRel, Acquire);
+            LEASE_END_NS.load(Relaxed).saturating_sub(now_ns())
+        } else {
+            0
+        };
+        drop(lease);
+        std::thread::sleep(Duration::from_nanos(pause.clamp(50_000, 1_000_000)));
+    };
+    let _ = WANTED.compare_exchange(here.ordinal, -1, AcqRel, Acquire);
     if session::attach() != Attach::Managed {
         ungate();
         return;
@@ -123,10 +153,12 @@ fn renew(stream: Stream) {
             return;
         }
     }
-    if lease.holding && REVOKED_AT.load(Acquire) == 0 {
+    let switching = lease.holding && lease.device.ordinal != here.ordinal;
+    let other_waits = WANTED.load(Acquire) >= 0;
+    if lease.holding && !switching && !other_waits && REVOKED_AT.load(Acquire) == 0 {
         // Nobody waits behind this process: carry on without draining its queue, which would
         // leave the GPU idle until the queue fills again.
-        if let Some(lease_ns) = session::extend() {
+        if let Some(lease_ns) = session::extend(lease.device.id) {
             lease.grant(now_ns(), lease_ns);
             residency::alone();
             publish(&lease, lease_ns);
@@ -135,23 +167,43 @@ fn renew(stream: Stream) {
         }
     }
     let used = if lease.holding {
-        // This thread may name its own per-thread stream, not another thread's.
-        let mine = stream.handle() == Some(CU_STREAM_PER_THREAD as CUstream);
-        wait_for_lease_work(lease.wait_limit(), |s| {
-            mine || s as usize != CU_STREAM_PER_THREAD
-        });
+        if switching {
+            // The lease's work went to its own context's streams.
+            let here_context = current_context();
+            if lease.context != 0 && set_context(lease.context) {
+                wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
+                set_context(here_context);
+            }
+        } else {
+            // This thread may name its own per-thread stream, not another thread's.
+            let mine = stream.handle() == Some(CU_STREAM_PER_THREAD as CUstream);
+            wait_for_lease_work(lease.wait_limit(), |s| {
+                mine || s as usize != CU_STREAM_PER_THREAD
+            });
+        }
         // Others wait: the memory moves out (charged to this lease, as GPU work of its own).
         residency::hand_over();
-        Some(end_lease(&mut lease))
+        Some((lease.device, end_lease(&mut lease)))
     } else {
         None
     };
+    if let Some((on, busy_ns)) = used.filter(|_| WANTED.load(Acquire) >= 0) {
+        // A thread waits to launch on another GPU: its turn.
+        session::release(on.id, busy_ns);
+        drop(lease);
+        return renew(stream);
+    }
     let granted = match used {
-        Some(busy_ns) => session::renew(busy_ns),
-        None => session::acquire(),
+        Some((on, busy_ns)) if on.ordinal == here.ordinal => session::renew(here.id, busy_ns),
+        Some((on, busy_ns)) => {
+            session::release(on.id, busy_ns);
+            session::acquire(here.id)
+        }
+        None => session::acquire(here.id),
     };
     match granted {
         Some(lease_ns) => {
+            lease.device = here;
             lease.grant(now_ns(), lease_ns);
             lease.context = current_context();
             publish(&lease, lease_ns);
@@ -163,10 +215,14 @@ fn renew(stream: Stream) {
     }
 }
 
+/// The device ordinal a thread of a process on several GPUs waits to launch on (-1: none).
+static WANTED: AtomicI32 = AtomicI32::new(-1);
+
 /// Opens the gate for `lease`, just granted (or extended) for `lease_ns`. The first launch
 /// checks the queue.
 fn publish(lease: &Lease, lease_ns: u64) {
     LEASE_END_NS.store(lease.deadline, Relaxed);
+    LEASE_ORDINAL.store(lease.device.ordinal, Relaxed);
     WAIT_LIMIT_NS.store(lease.wait_limit(), Relaxed);
     REVOKED_AT.store(0, Release);
     pacing::restart_count();
@@ -246,8 +302,9 @@ fn watch() {
         if lease.context != 0 && set_context(lease.context) {
             wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
         }
+        let device: Device = lease.device;
         let busy = end_lease(&mut lease);
-        session::release(busy);
+        session::release(device.id, busy);
     }
 }
 

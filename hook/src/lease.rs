@@ -5,9 +5,10 @@
 //!
 //! The launch fast path reads [`GATE_AT`] only; the gate changes the rest as leases come and go.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 
 use crate::clock::now_ns;
+use crate::devices::Device;
 use crate::fork_safe::ForkSafe;
 use crate::{pacing, streams};
 
@@ -23,6 +24,8 @@ pub static WAIT_LIMIT_NS: AtomicU64 = AtomicU64::new(100_000_000);
 pub static REVOKED_AT: AtomicU64 = AtomicU64::new(0);
 /// This process's client is interactive: it gives a lease back as soon as its work is done.
 pub static INTERACTIVE: AtomicBool = AtomicBool::new(false);
+/// The device ordinal of the current lease, for the launch path of a process on several GPUs.
+pub static LEASE_ORDINAL: AtomicI32 = AtomicI32::new(-1);
 /// End of the current lease in [`now_ns`] units (0: none), for readers off the launch path.
 pub static LEASE_END_NS: AtomicU64 = AtomicU64::new(0);
 pub static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
@@ -104,6 +107,8 @@ pub struct Lease {
     pub deadline: u64,
     /// Context current in the thread that asked for it (0: unknown).
     pub context: usize,
+    /// The GPU it is for (the device of that context).
+    pub device: Device,
 }
 
 impl Lease {
@@ -112,15 +117,18 @@ impl Lease {
         granted_at: 0,
         deadline: 0,
         context: 0,
+        device: Device::NONE,
     };
 
-    /// A lease from `now` for `lease_ns`, in the context noted before (an extension keeps it).
+    /// A lease from `now` for `lease_ns`, in the context and on the device noted before (an
+    /// extension keeps them).
     pub fn grant(&mut self, now: u64, lease_ns: u64) {
         *self = Lease {
             holding: true,
             granted_at: now,
             deadline: now.saturating_add(lease_ns),
             context: self.context,
+            device: self.device,
         };
     }
 
@@ -131,10 +139,13 @@ impl Lease {
             .max(100_000_000)
     }
 
-    /// Ends the lease at `now`; returns its wall time.
+    /// Ends the lease at `now`; returns its wall time. The device stays noted for the next one.
     pub fn end(&mut self, now: u64) -> u64 {
         let wall = now.saturating_sub(self.granted_at);
-        *self = Lease::NONE;
+        *self = Lease {
+            device: self.device,
+            ..Lease::NONE
+        };
         wall
     }
 }

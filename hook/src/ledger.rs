@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use proto::protocol::DeviceId;
+
 use crate::fork_safe::ForkSafe;
 
 /// This process's record, kept by the allocation and free wrappers.
@@ -25,9 +27,16 @@ pub enum Kind {
     Array,
 }
 
+/// What an allocation counted, and on which GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    pub bytes: u64,
+    pub device: DeviceId,
+}
+
 #[derive(Default)]
 pub struct Ledger {
-    sizes: BTreeMap<(Kind, u64), u64>,
+    sizes: BTreeMap<(Kind, u64), Counted>,
 }
 
 impl Ledger {
@@ -37,20 +46,33 @@ impl Ledger {
         }
     }
 
-    /// Records a successful allocation; returns bytes of an entry it replaced (a handle the
-    /// driver reused without our seeing the free), which the caller must unreserve.
-    pub fn record(&mut self, kind: Kind, key: u64, bytes: u64) -> u64 {
-        self.sizes.insert((kind, key), bytes).unwrap_or(0)
+    /// Records a successful allocation; returns an entry it replaced (a handle the driver
+    /// reused without our seeing the free), which the caller must unreserve.
+    pub fn record(&mut self, kind: Kind, key: u64, counted: Counted) -> Option<Counted> {
+        self.sizes.insert((kind, key), counted)
     }
 
-    /// Forgets a freed allocation; the bytes it counted (0 if it was not counted).
-    pub fn forget(&mut self, kind: Kind, key: u64) -> u64 {
-        self.sizes.remove(&(kind, key)).unwrap_or(0)
+    /// Forgets a freed allocation; what it counted (`None` if it was not counted).
+    pub fn forget(&mut self, kind: Kind, key: u64) -> Option<Counted> {
+        self.sizes.remove(&(kind, key))
     }
 
-    /// Bytes of everything recorded.
-    pub fn total(&self) -> u64 {
-        self.sizes.values().sum()
+    /// Bytes recorded on `device`.
+    pub fn total_on(&self, device: DeviceId) -> u64 {
+        self.sizes
+            .values()
+            .filter(|c| c.device == device)
+            .map(|c| c.bytes)
+            .sum()
+    }
+
+    /// Bytes recorded on each GPU that has any.
+    pub fn totals(&self) -> Vec<(DeviceId, u64)> {
+        let mut by_device = BTreeMap::<DeviceId, u64>::new();
+        for c in self.sizes.values() {
+            *by_device.entry(c.device).or_default() += c.bytes;
+        }
+        by_device.into_iter().filter(|&(_, b)| b > 0).collect()
     }
 }
 
@@ -113,29 +135,38 @@ pub fn capped_info(free: u64, total: u64, cap: u64, used: u64) -> (u64, u64) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn frees_give_back_what_was_counted() {
-        let mut l = Ledger::new();
-        assert_eq!(l.record(Kind::Pointer, 0x1000, 100), 0);
-        assert_eq!(l.record(Kind::Handle, 0x1000, 7), 0);
-        assert_eq!(l.total(), 107);
-        assert_eq!(l.forget(Kind::Pointer, 0x1000), 100);
-        assert_eq!(
-            l.forget(Kind::Pointer, 0x1000),
-            0,
-            "double free counts nothing"
-        );
-        assert_eq!(l.forget(Kind::Array, 0x1000), 0, "kinds do not mix");
-        assert_eq!(l.forget(Kind::Handle, 0x1000), 7);
-        assert_eq!(l.total(), 0);
+    const A: DeviceId = DeviceId([1; 16]);
+    const B: DeviceId = DeviceId([2; 16]);
+
+    fn on(device: DeviceId, bytes: u64) -> Counted {
+        Counted { bytes, device }
     }
 
     #[test]
-    fn a_reused_key_returns_the_stale_size() {
+    fn frees_give_back_what_was_counted_on_its_gpu() {
         let mut l = Ledger::new();
-        l.record(Kind::Pointer, 1, 10);
-        assert_eq!(l.record(Kind::Pointer, 1, 20), 10);
-        assert_eq!(l.total(), 20);
+        assert_eq!(l.record(Kind::Pointer, 0x1000, on(A, 100)), None);
+        assert_eq!(l.record(Kind::Handle, 0x1000, on(B, 7)), None);
+        assert_eq!(l.record(Kind::Array, 0x2000, on(A, 5)), None);
+        assert_eq!((l.total_on(A), l.total_on(B)), (105, 7));
+        assert_eq!(l.totals(), vec![(A, 105), (B, 7)]);
+        assert_eq!(l.forget(Kind::Pointer, 0x1000), Some(on(A, 100)));
+        assert_eq!(
+            l.forget(Kind::Pointer, 0x1000),
+            None,
+            "double free counts nothing"
+        );
+        assert_eq!(l.forget(Kind::Array, 0x1000), None, "kinds do not mix");
+        assert_eq!(l.forget(Kind::Handle, 0x1000), Some(on(B, 7)));
+        assert_eq!(l.totals(), vec![(A, 5)]);
+    }
+
+    #[test]
+    fn a_reused_key_returns_the_stale_entry() {
+        let mut l = Ledger::new();
+        l.record(Kind::Pointer, 1, on(A, 10));
+        assert_eq!(l.record(Kind::Pointer, 1, on(B, 20)), Some(on(A, 10)));
+        assert_eq!((l.total_on(A), l.total_on(B)), (0, 20));
     }
 
     #[test]

@@ -24,7 +24,8 @@
 //! 1. primitives: [`cuda`], [`clock`], [`guard`], [`fork_safe`], [`ledger`], [`streams`], and at
 //!    the side the daemon's wire link, [`daemon_link`];
 //! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
-//!    table of wrapped symbols) and [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions);
+//!    table of wrapped symbols), [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions)
+//!    and [`devices`] (which GPU a call is about);
 //! 3. the lease state and its pacing: [`pacing`], [`lease`];
 //! 4. the policies: [`revocation`], [`residency`], [`session`], [`memory`], [`memory_info`],
 //!    [`gate`], [`launch`];
@@ -37,6 +38,7 @@
 mod clock;
 mod cuda;
 mod daemon_link;
+mod devices;
 mod driver;
 mod exports;
 mod fork_safe;

@@ -2,15 +2,18 @@
 //! the real call (over the cap: `CUDA_ERROR_OUT_OF_MEMORY` without calling the driver), and
 //! every free gives back what its allocation counted.
 
+use proto::protocol::DeviceId;
+
 use crate::cuda::*;
+use crate::devices;
 use crate::driver::{current_device, helper, Helper};
-use crate::ledger::{self, Kind, LEDGER};
+use crate::ledger::{self, Counted, Kind, LEDGER};
 use crate::residency;
 use crate::session::{self, Reservation};
 
-/// Reserves `bytes`, runs the allocation `f` (which returns its result and the key of what it
-/// allocated), and keeps the books. `retry` runs before one more try when the cap or the
-/// device is full (pools trim their cache there).
+/// Reserves `bytes` on the calling thread's GPU, runs the allocation `f` (which returns its
+/// result and the key of what it allocated), and keeps the books. `retry` runs before one more
+/// try when the cap or the device is full (pools trim their cache there).
 fn counted(
     kind: Kind,
     bytes: u64,
@@ -20,15 +23,26 @@ fn counted(
     if bytes == 0 {
         return f().0;
     }
-    let mut reservation = session::reserve(bytes);
+    counted_on(devices::current().id, kind, bytes, retry, f)
+}
+
+/// [`counted`] on `device`.
+fn counted_on(
+    device: DeviceId,
+    kind: Kind,
+    bytes: u64,
+    retry: Option<&dyn Fn()>,
+    f: &mut dyn FnMut() -> (CUresult, u64),
+) -> CUresult {
+    let mut reservation = session::reserve(device, bytes);
     if let (Reservation::OverCap, Some(retry)) = (&reservation, retry) {
         retry();
-        reservation = session::reserve(bytes);
+        reservation = session::reserve(device, bytes);
     }
     match reservation {
         Reservation::OverCap => CUDA_ERROR_OUT_OF_MEMORY,
         Reservation::Unmanaged => f().0,
-        Reservation::Away => counted_while_away(kind, bytes, retry, f),
+        Reservation::Away => counted_while_away(device, kind, bytes, retry, f),
         Reservation::Counted => {
             let (mut r, mut key) = f();
             if let (CUDA_ERROR_OUT_OF_MEMORY, Some(retry)) = (r, retry) {
@@ -36,19 +50,27 @@ fn counted(
                 (r, key) = f();
             }
             if r == CUDA_SUCCESS {
-                let stale = LEDGER.lock().record(kind, key, bytes);
-                session::unreserve(stale);
+                let stale = LEDGER.lock().record(kind, key, Counted { bytes, device });
+                give_back(stale);
             } else {
-                session::unreserve(bytes);
+                session::unreserve(device, bytes);
             }
             r
         }
     }
 }
 
-/// While the daemon is away: the allocation is checked against the cap by this process's own
-/// record and recorded, so that the new daemon counts it when the process re-attaches.
+fn give_back(counted: Option<Counted>) {
+    if let Some(c) = counted {
+        session::unreserve(c.device, c.bytes);
+    }
+}
+
+/// While the daemon is away: the allocation is checked against the cap on its GPU by this
+/// process's own record and recorded, so that the new daemon counts it when the process
+/// re-attaches.
 fn counted_while_away(
+    device: DeviceId,
     kind: Kind,
     bytes: u64,
     retry: Option<&dyn Fn()>,
@@ -56,15 +78,15 @@ fn counted_while_away(
 ) -> CUresult {
     let Some(_books) = session::away_books() else {
         // Re-attached meanwhile: count it with the daemon.
-        return counted(kind, bytes, retry, f);
+        return counted_on(device, kind, bytes, retry, f);
     };
-    let held = LEDGER.lock().total();
+    let held = LEDGER.lock().total_on(device);
     if held.saturating_add(bytes) > session::cap() {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     let (r, key) = f();
     if r == CUDA_SUCCESS {
-        LEDGER.lock().record(kind, key, bytes);
+        LEDGER.lock().record(kind, key, Counted { bytes, device });
     }
     r
 }
@@ -75,12 +97,12 @@ fn counted_while_away(
 fn uncounted(kind: Kind, key: u64, f: impl FnOnce() -> CUresult) -> CUresult {
     // While the daemon is away, a re-attach waits until the record is up to date.
     let _books = session::away_books();
-    let bytes = LEDGER.lock().forget(kind, key);
+    let counted = LEDGER.lock().forget(kind, key);
     let r = f();
     if r == CUDA_SUCCESS {
-        session::unreserve(bytes);
-    } else if bytes > 0 {
-        LEDGER.lock().record(kind, key, bytes);
+        give_back(counted);
+    } else if let Some(c) = counted {
+        LEDGER.lock().record(kind, key, c);
     }
     r
 }
@@ -141,9 +163,13 @@ pub unsafe fn alloc_pitch(
     if padding == 0 {
         return r;
     }
-    match session::reserve(padding) {
+    // The same thread and context as the allocation just counted.
+    let device = devices::current().id;
+    match session::reserve(device, padding) {
         Reservation::Counted | Reservation::Away => {
-            LEDGER.lock().record(Kind::Pointer, read(dptr), got);
+            LEDGER
+                .lock()
+                .record(Kind::Pointer, read(dptr), Counted { bytes: got, device });
             r
         }
         Reservation::Unmanaged => r,
@@ -238,7 +264,12 @@ pub unsafe fn create(
     if !on_device {
         return real(handle, bytes, prop, flags);
     }
-    counted(Kind::Handle, bytes as u64, None, &mut || {
+    // Physical memory is on the device the properties name, whichever is current.
+    let device = devices::id_of((*prop).location_id);
+    if bytes == 0 {
+        return real(handle, bytes, prop, flags);
+    }
+    counted_on(device, Kind::Handle, bytes as u64, None, &mut || {
         (real(handle, bytes, prop, flags), read(handle))
     })
 }

@@ -4,6 +4,7 @@
 use proto::protocol::NO_CAP;
 
 use crate::cuda::*;
+use crate::devices;
 use crate::ledger;
 use crate::session;
 
@@ -15,13 +16,14 @@ unsafe fn read<T: Copy + Default>(p: *const T) -> T {
     }
 }
 
-/// Applies the cap to a (free, total) pair the driver reported; `None` when uncapped.
+/// Applies the cap to a (free, total) pair the driver reported for the calling thread's GPU;
+/// `None` when uncapped. The cap holds on each GPU, against the client's use of that GPU.
 fn capped(free: u64, total: u64) -> Option<(u64, u64)> {
     let cap = session::cap();
     if cap == NO_CAP {
         return None;
     }
-    let used = session::used().unwrap_or(0);
+    let used = session::used(devices::current().id).unwrap_or(0);
     Some(ledger::capped_info(free, total, cap, used))
 }
 

@@ -16,7 +16,8 @@ use std::sync::{MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use proto::protocol::{
-    Reply, Request, DEFAULT_SOCKET_DIR, NO_CAP, PROTOCOL_VERSION, SCHED_INTERACTIVE, SOCKET_NAME,
+    DeviceId, Reply, Request, DEFAULT_SOCKET_DIR, NO_CAP, PROTOCOL_VERSION, SCHED_INTERACTIVE,
+    SOCKET_NAME,
 };
 
 use crate::cuda::{CUresult, CUDA_ERROR_NOT_PERMITTED};
@@ -144,7 +145,7 @@ fn attach_slow() -> Attach {
     match link.call(&Request::Hello {
         version: PROTOCOL_VERSION,
         client: client.clone(),
-        reserved: 0,
+        reserved: Vec::new(),
     }) {
         Ok(Reply::Welcome {
             memory_cap,
@@ -298,7 +299,10 @@ fn reattach() {
         if STATE.load(Acquire) == MANAGED {
             // A question the daemon answers at once tells whether it is still there.
             let alive = match session.as_mut() {
-                Some(link) => link.call(&Request::Reserve { bytes: 0 }),
+                Some(link) => link.call(&Request::Reserve {
+                    device: DeviceId::default(),
+                    bytes: 0,
+                }),
                 None => Err(std::io::ErrorKind::NotConnected.into()),
             };
             match alive {
@@ -365,12 +369,12 @@ fn give_up(why: &dyn std::fmt::Display) {
 /// daemon for a lease.
 fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
     let mut link = Link::connect(socket).map_err(Retry::Later)?;
-    let sent = LEDGER.lock().total();
+    let sent = LEDGER.lock().totals();
     let reply = link
         .call(&Request::Hello {
             version: PROTOCOL_VERSION,
             client: client.to_string(),
-            reserved: sent,
+            reserved: sent.clone(),
         })
         .map_err(Retry::Later)?;
     let (queue_ahead_ns, sched_flags, memory_cap, session_id) = match reply {
@@ -393,7 +397,7 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
         return Ok(()); // gave up meanwhile, or the process exits: the connection just closes
     }
     let books = AWAY_BOOKS.lock();
-    let now_held = LEDGER.lock().total();
+    let now_held = LEDGER.lock().totals();
     lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
     CAP.store(memory_cap, Release);
     LINK_FD.store(link.fd(), Release);
@@ -403,18 +407,7 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
     STATE.store(MANAGED, Release);
     drop(books);
     // What was allocated or freed while the Hello was on its way.
-    let settled = if now_held > sent {
-        link.call(&Request::Reserve {
-            bytes: now_held - sent,
-        })
-        .map(drop)
-    } else if sent > now_held {
-        link.send(&Request::Unreserve {
-            bytes: sent - now_held,
-        })
-    } else {
-        Ok(())
-    };
+    let settled = settle_books(&mut link, &sent, &now_held);
     *session = Some(link);
     if let Err(e) = settled {
         lose(&mut session, &e);
@@ -423,6 +416,35 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
     drop(session);
     drop(gate);
     crate::revocation::watch(socket, session_id, watch_closed);
+    Ok(())
+}
+
+/// Tells the daemon the difference between the memory a Hello sent (`sent`) and what this
+/// process holds now (`now`), GPU by GPU.
+fn settle_books(
+    link: &mut Link,
+    sent: &[(DeviceId, u64)],
+    now: &[(DeviceId, u64)],
+) -> std::io::Result<()> {
+    let on =
+        |list: &[(DeviceId, u64)], d: DeviceId| list.iter().find(|e| e.0 == d).map_or(0, |e| e.1);
+    let mut devices: Vec<DeviceId> = sent.iter().chain(now).map(|e| e.0).collect();
+    devices.sort();
+    devices.dedup();
+    for device in devices {
+        let (before, after) = (on(sent, device), on(now, device));
+        if after > before {
+            link.call(&Request::Reserve {
+                device,
+                bytes: after - before,
+            })?;
+        } else if before > after {
+            link.send(&Request::Unreserve {
+                device,
+                bytes: before - after,
+            })?;
+        }
+    }
     Ok(())
 }
 
@@ -459,9 +481,10 @@ fn unexpected(r: Reply) -> std::io::Error {
     )
 }
 
-/// Blocks until the daemon grants the token; the lease length, or `None` when unmanaged.
-pub fn acquire() -> Option<u64> {
-    with_link(|l| match l.call_untimed(&Request::Acquire)? {
+/// Blocks until the daemon grants the token of `device`; the lease length, or `None` when
+/// unmanaged.
+pub fn acquire(device: DeviceId) -> Option<u64> {
+    with_link(|l| match l.call_untimed(&Request::Acquire { device })? {
         Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags)),
         r => Err(unexpected(r)),
     })
@@ -476,17 +499,19 @@ fn granted(lease_ns: u64, flags: u32) -> u64 {
 /// Gives the token back with the time its work kept the GPU busy and waits in line for the next
 /// lease, in one request, so the daemon weighs this process among the waiting ones; the lease
 /// length, or `None` when unmanaged.
-pub fn renew(busy_ns: u64) -> Option<u64> {
-    with_link(|l| match l.call_untimed(&Request::Renew { busy_ns })? {
-        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags)),
-        r => Err(unexpected(r)),
-    })
+pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
+    with_link(
+        |l| match l.call_untimed(&Request::Renew { device, busy_ns })? {
+            Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags)),
+            r => Err(unexpected(r)),
+        },
+    )
 }
 
 /// Asks to keep the token for another lease without draining first; the lease length when
 /// nobody else waits, `None` otherwise (or when unmanaged).
-pub fn extend() -> Option<u64> {
-    with_link(|l| match l.call(&Request::Extend)? {
+pub fn extend(device: DeviceId) -> Option<u64> {
+    with_link(|l| match l.call(&Request::Extend { device })? {
         Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags))),
         Reply::NotExtended => Ok(None),
         r => Err(unexpected(r)),
@@ -494,9 +519,9 @@ pub fn extend() -> Option<u64> {
     .flatten()
 }
 
-/// Gives the token back with the time its work kept the GPU busy.
-pub fn release(busy_ns: u64) {
-    with_link(|l| l.send(&Request::Release { busy_ns }));
+/// Gives the token of `device` back with the time its work kept the GPU busy.
+pub fn release(device: DeviceId, busy_ns: u64) {
+    with_link(|l| l.send(&Request::Release { device, busy_ns }));
 }
 
 /// The answer to a reservation.
@@ -510,13 +535,13 @@ pub enum Reservation {
     Away,
 }
 
-/// Counts `bytes` (> 0) against the cap before allocating them.
-pub fn reserve(bytes: u64) -> Reservation {
+/// Counts `bytes` (> 0) on `device` against the cap before allocating them.
+pub fn reserve(device: DeviceId, bytes: u64) -> Reservation {
     debug_assert!(bytes > 0, "Reserve{{0}} is a query");
     if STATE.load(Acquire) == AWAY {
         return Reservation::Away;
     }
-    with_link(|l| match l.call(&Request::Reserve { bytes })? {
+    with_link(|l| match l.call(&Request::Reserve { device, bytes })? {
         Reply::Reserved { .. } => Ok(Reservation::Counted),
         Reply::OverCap { cap, .. } => {
             // The cap may have been changed (over D-Bus) since the Welcome.
@@ -535,9 +560,9 @@ pub fn reserve(bytes: u64) -> Reservation {
     })
 }
 
-pub fn unreserve(bytes: u64) {
+pub fn unreserve(device: DeviceId, bytes: u64) {
     if bytes > 0 {
-        with_link(|l| l.send(&Request::Unreserve { bytes }));
+        with_link(|l| l.send(&Request::Unreserve { device, bytes }));
     }
 }
 
@@ -550,13 +575,13 @@ pub fn cap() -> u64 {
     }
 }
 
-/// The client's memory in use (all its processes), as the daemon counts it; while the daemon
-/// is away, this process's own.
-pub fn used() -> Option<u64> {
+/// The client's memory in use on `device` (all its processes), as the daemon counts it; while
+/// the daemon is away, this process's own.
+pub fn used(device: DeviceId) -> Option<u64> {
     if STATE.load(Acquire) == AWAY {
-        return Some(LEDGER.lock().total());
+        return Some(LEDGER.lock().total_on(device));
     }
-    with_link(|l| match l.call(&Request::Reserve { bytes: 0 })? {
+    with_link(|l| match l.call(&Request::Reserve { device, bytes: 0 })? {
         Reply::Reserved { used } => Ok(used),
         Reply::OverCap { used, cap } => {
             CAP.store(cap, Release);
@@ -597,5 +622,6 @@ unsafe extern "C" fn after_fork_in_child() {
     crate::lease::after_fork_in_child();
     crate::revocation::after_fork_in_child();
     crate::ledger::after_fork_in_child();
+    crate::devices::after_fork_in_child();
     crate::residency::after_fork_in_child();
 }

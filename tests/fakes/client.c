@@ -8,6 +8,7 @@
  *   capture:N:NS    N launches on a capturing stream
  *   capture_mix:N:NS  N times: a launch on a capturing stream, then one on the null stream
  *   threads:T:N     T threads, each launching N kernels of 1 ms
+ *   gpu_threads:T:N  likewise, thread i on device i (its primary context made current)
  *   run:MS:NS:SYNC:GAP  kernels of NS ns for MS ms, a cuCtxSynchronize after every SYNC of them
  *                   (0: only at the end) and GAP us of host work after each -> "run K kernels"
  *                   (with SYNC 1, also the median and 99th percentile of launch-to-done in us)
@@ -206,11 +207,18 @@ static void resolve(void) {
 }
 #endif
 
-struct thread_arg { unsigned long long n; CUresult r; };
+struct thread_arg { unsigned long long n; CUresult r; int dev; };
 static void *launcher(void *p) {
   struct thread_arg *a = p;
   uint64_t ns = 1000000;
   void *params[1] = {&ns};
+  if (a->dev >= 0) {
+    int dev = -1;
+    void *ctx = NULL;
+    a->r = cu.device_get(&dev, a->dev);
+    if (a->r == 0) a->r = cu.primary_retain(&ctx, dev);
+    if (a->r == 0) a->r = cu.set_current(ctx);
+  }
   for (unsigned long long i = 0; i < a->n && a->r == 0; i++)
     a->r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
   return NULL;
@@ -322,14 +330,19 @@ static void run(const char *op) {
     fflush(stdout);
     return;
   }
-  if (strcmp(name, "threads") == 0) {
+  if (strcmp(name, "threads") == 0 || strcmp(name, "gpu_threads") == 0) {
     pthread_t t[64];
-    struct thread_arg args[64] = {{0, 0}};
+    struct thread_arg args[64] = {{0, 0, -1}};
     CUresult r = 0;
+    int per_gpu = strcmp(name, "gpu_threads") == 0;
     if (a > 64) a = 64;
-    for (unsigned long long i = 0; i < a; i++) { args[i].n = b; pthread_create(&t[i], NULL, launcher, &args[i]); }
+    for (unsigned long long i = 0; i < a; i++) {
+      args[i].n = b;
+      args[i].dev = per_gpu ? (int)i : -1;
+      pthread_create(&t[i], NULL, launcher, &args[i]);
+    }
     for (unsigned long long i = 0; i < a; i++) { pthread_join(t[i], NULL); if (args[i].r) r = args[i].r; }
-    printf("threads %llu %llu -> %d\n", a, b, r);
+    printf("%s %llu %llu -> %d\n", name, a, b, r);
     fflush(stdout);
     return;
   }
