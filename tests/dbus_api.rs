@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use gpushare::protocol::{Reply, Request};
+use gpushare::protocol::Reply;
 use std::time::Duration;
 
 const CONFIG: &str = r#"
@@ -463,11 +463,7 @@ fn clients_are_objects_with_properties() {
     // its figures on each GPU: UUID, memory used, share, holding, waiting
     let mut p = d.connect();
     p.hello("train");
-    p.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 4096,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 4096 }));
+    assert_eq!(p.reserve(GPU1, 4096), Some(Reply::Reserved { used: 4096 }));
     let per_gpu = format!("a(stdbu) 1 \"{GPU1}\" 4096 0 false 0");
     wait_for("the client's GPUs", Duration::from_secs(10), || {
         get("/org/gpushare1/client/train", "Devices") == per_gpu

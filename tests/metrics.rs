@@ -79,11 +79,10 @@ fn a_scrape_reports_usage_per_client_and_user() {
     });
     let mut p = d.connect();
     assert!(matches!(p.hello("train"), Reply::Welcome { .. }));
-    p.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 1 << 20,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 << 20 }));
+    assert_eq!(
+        p.reserve(GPU0, 1 << 20),
+        Some(Reply::Reserved { used: 1 << 20 })
+    );
     p.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
     std::thread::sleep(Duration::from_millis(300));

@@ -90,12 +90,8 @@ fn garbage_closes_only_that_connection() {
         let mut s = UnixStream::connect(&d.socket).unwrap();
         let _ = s.write_all(&bytes);
         drop(s);
-        good.send(&Request::Reserve {
-            device: GPU0,
-            bytes: 0,
-        });
         assert_eq!(
-            good.recv(),
+            good.reserve(GPU0, 0),
             Some(Reply::Reserved { used: 0 }),
             "the good client is undisturbed"
         );
@@ -164,11 +160,7 @@ fn thousands_of_connections_leave_no_leak() {
     // and the daemon still serves, with nothing left reserved or held
     let mut c = d.connect();
     c.hello("a");
-    c.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 0,
-    });
-    assert_eq!(c.recv(), Some(Reply::Reserved { used: 0 }));
+    assert_eq!(c.reserve(GPU0, 0), Some(Reply::Reserved { used: 0 }));
     c.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(
         c.recv_within(Duration::from_secs(1)),
@@ -239,45 +231,25 @@ fn memory_is_counted_per_client_and_freed_when_a_process_dies() {
     let mut p2 = d.connect();
     p1.hello("a");
     p2.hello("a");
-    p1.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 600,
-    });
-    assert_eq!(p1.recv(), Some(Reply::Reserved { used: 600 }));
-    p2.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 401,
-    });
+    assert_eq!(p1.reserve(GPU0, 600), Some(Reply::Reserved { used: 600 }));
     assert_eq!(
-        p2.recv(),
+        p2.reserve(GPU0, 401),
         Some(Reply::OverCap {
             used: 600,
             cap: 1000
         }),
         "the cap is the client's"
     );
-    p2.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 400,
-    });
-    assert_eq!(p2.recv(), Some(Reply::Reserved { used: 1000 }));
+    assert_eq!(p2.reserve(GPU0, 400), Some(Reply::Reserved { used: 1000 }));
     // unreserving more than was reserved gives back only what that process had
     p2.send(&Request::Unreserve {
         device: GPU0,
         bytes: 5000,
     });
-    p2.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 0,
-    });
-    assert_eq!(p2.recv(), Some(Reply::Reserved { used: 600 }));
+    assert_eq!(p2.reserve(GPU0, 0), Some(Reply::Reserved { used: 600 }));
     drop(p1); // crash
     wait_for("p1's memory to be freed", Duration::from_secs(5), || {
-        p2.send(&Request::Reserve {
-            device: GPU0,
-            bytes: 0,
-        });
-        p2.recv() == Some(Reply::Reserved { used: 0 })
+        p2.reserve(GPU0, 0) == Some(Reply::Reserved { used: 0 })
     });
 }
 
@@ -614,38 +586,22 @@ fn the_memory_cap_applies_on_each_gpu() {
     let mut q = d.connect();
     p.hello("a");
     q.hello("a");
-    p.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 1000,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1000 }));
-    p.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 1000,
-    });
+    assert_eq!(p.reserve(GPU0, 1000), Some(Reply::Reserved { used: 1000 }));
     assert_eq!(
-        p.recv(),
+        p.reserve(GPU1, 1000),
         Some(Reply::Reserved { used: 1000 }),
         "GPU 1 has its own account"
     );
-    p.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 1,
-    });
     assert_eq!(
-        p.recv(),
+        p.reserve(GPU1, 1),
         Some(Reply::OverCap {
             used: 1000,
             cap: 1000
         })
     );
     // the client's account on a GPU is shared by its processes
-    q.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 1,
-    });
     assert_eq!(
-        q.recv(),
+        q.reserve(GPU1, 1),
         Some(Reply::OverCap {
             used: 1000,
             cap: 1000
@@ -655,11 +611,7 @@ fn the_memory_cap_applies_on_each_gpu() {
         device: GPU1,
         bytes: 300,
     });
-    q.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 300,
-    });
-    assert_eq!(q.recv(), Some(Reply::Reserved { used: 1000 }));
+    assert_eq!(q.reserve(GPU1, 300), Some(Reply::Reserved { used: 1000 }));
     // reports: the total over the GPUs, and each GPU's figure
     let a = d.client("a");
     assert_eq!(a["memory_used"], 2000, "{a}");
@@ -681,17 +633,9 @@ fn the_memory_cap_applies_on_each_gpu() {
     // a process that goes gives back what it held on each GPU
     drop(p);
     wait_for("p's memory to be freed", Duration::from_secs(5), || {
-        q.send(&Request::Reserve {
-            device: GPU0,
-            bytes: 0,
-        });
-        q.recv() == Some(Reply::Reserved { used: 0 })
+        q.reserve(GPU0, 0) == Some(Reply::Reserved { used: 0 })
     });
-    q.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 0,
-    });
-    assert_eq!(q.recv(), Some(Reply::Reserved { used: 300 }));
+    assert_eq!(q.reserve(GPU1, 0), Some(Reply::Reserved { used: 300 }));
 }
 
 /// A process re-attaching after a restart lists what it holds on each GPU; each figure is
@@ -706,28 +650,16 @@ fn a_re_attaching_process_is_counted_on_each_gpu() {
         reserved: vec![(GPU0, 600), (GPU1, 1500)],
     });
     assert!(matches!(p.recv(), Some(Reply::Welcome { .. })));
-    p.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 0,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 600 }));
+    assert_eq!(p.reserve(GPU0, 0), Some(Reply::Reserved { used: 600 }));
     // over the cap on GPU 1 only: even nothing more fits there
-    p.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 0,
-    });
     assert_eq!(
-        p.recv(),
+        p.reserve(GPU1, 0),
         Some(Reply::OverCap {
             used: 1500,
             cap: 1000
         })
     );
-    p.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 400,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1000 }));
+    assert_eq!(p.reserve(GPU0, 400), Some(Reply::Reserved { used: 1000 }));
     assert_eq!(d.client("a")["memory_used"], 2500);
     let log = d.log();
     assert!(
@@ -748,21 +680,16 @@ fn a_process_naming_too_many_gpus_is_closed() {
     let mut p = d.connect();
     p.hello("a");
     for i in 0..gpushare::protocol::MAX_DEVICES {
-        p.send(&Request::Reserve {
-            device: gpushare::protocol::DeviceId([i as u8 + 10; 16]),
-            bytes: 1,
-        });
-        assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 }));
+        assert_eq!(
+            p.reserve(gpushare::protocol::DeviceId([i as u8 + 10; 16]), 1),
+            Some(Reply::Reserved { used: 1 })
+        );
     }
     p.send(&Request::Acquire { device: GPU0 });
     assert_eq!(p.recv_within(Duration::from_secs(2)), None, "closed");
     let mut q = d.connect();
     q.hello("a");
     wait_for("the memory to be freed", Duration::from_secs(5), || {
-        q.send(&Request::Reserve {
-            device: gpushare::protocol::DeviceId([10; 16]),
-            bytes: 0,
-        });
-        q.recv() == Some(Reply::Reserved { used: 0 })
+        q.reserve(gpushare::protocol::DeviceId([10; 16]), 0) == Some(Reply::Reserved { used: 0 })
     });
 }

@@ -55,11 +55,10 @@ fn status_and_clients_read_the_socket_when_no_bus_serves_the_daemon() {
     let d = Daemon::start(CONFIG, None);
     let mut p = d.connect();
     assert!(matches!(p.hello("busy"), Reply::Welcome { .. }));
-    p.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 600 << 20,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 600 << 20 }));
+    assert_eq!(
+        p.reserve(GPU0, 600 << 20),
+        Some(Reply::Reserved { used: 600 << 20 })
+    );
     let me = std::process::id();
 
     // as root and as an unprivileged user, with no bus at all
@@ -142,16 +141,14 @@ fn status_shows_a_clients_figures_on_each_gpu() {
     let d = Daemon::start(CONFIG, None);
     let mut p = d.connect();
     p.hello("busy");
-    p.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 600 << 20,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 600 << 20 }));
-    p.send(&Request::Reserve {
-        device: GPU1,
-        bytes: 100 << 20,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 100 << 20 }));
+    assert_eq!(
+        p.reserve(GPU0, 600 << 20),
+        Some(Reply::Reserved { used: 600 << 20 })
+    );
+    assert_eq!(
+        p.reserve(GPU1, 100 << 20),
+        Some(Reply::Reserved { used: 100 << 20 })
+    );
     p.send(&Request::Acquire { device: GPU1 });
     assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
 
@@ -220,11 +217,7 @@ fn status_is_refused_on_an_attached_session_and_other_connections_go_on() {
     let mut big = d.connect();
     let _ = big.0.write_all(&((MAX_FRAME + 1) as u32).to_le_bytes());
     assert_eq!(big.recv_within(Duration::from_secs(5)), None);
-    good.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 0,
-    });
-    assert_eq!(good.recv(), Some(Reply::Reserved { used: 0 }));
+    assert_eq!(good.reserve(GPU0, 0), Some(Reply::Reserved { used: 0 }));
     let (sizes, doc) = raw_status(&d);
     assert_eq!(sizes.len(), 1);
     assert_eq!(doc["attached_processes"], 1);
@@ -325,11 +318,10 @@ impl Drop for Tmux {
 fn busy_process(d: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     let mut c = d.connect();
     assert!(matches!(c.hello("busy"), Reply::Welcome { .. }));
-    c.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 300 << 20,
-    });
-    assert!(matches!(c.recv(), Some(Reply::Reserved { .. })));
+    assert!(matches!(
+        c.reserve(GPU0, 300 << 20),
+        Some(Reply::Reserved { .. })
+    ));
     std::thread::spawn(move || {
         c.send(&Request::Acquire { device: GPU0 });
         while !stop.load(Ordering::Relaxed) {

@@ -55,11 +55,10 @@ fn usage_is_kept_across_restarts_by_user_and_client() {
     // root's process as client train: a lease of at least 400 ms, and 1 GiB held
     let mut p = d.connect();
     assert!(matches!(p.hello("train"), Reply::Welcome { .. }));
-    p.send(&Request::Reserve {
-        device: GPU0,
-        bytes: 1 << 30,
-    });
-    assert_eq!(p.recv(), Some(Reply::Reserved { used: 1 << 30 }));
+    assert_eq!(
+        p.reserve(GPU0, 1 << 30),
+        Some(Reply::Reserved { used: 1 << 30 })
+    );
     p.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
     std::thread::sleep(Duration::from_millis(400));

@@ -282,6 +282,12 @@ impl Conn {
         r
     }
 
+    /// Sends `Reserve{device, bytes}` and reads the answer.
+    pub fn reserve(&mut self, device: DeviceId, bytes: u64) -> Option<Reply> {
+        self.send(&Request::Reserve { device, bytes });
+        self.recv()
+    }
+
     pub fn hello(&mut self, client: &str) -> Reply {
         self.send(&Request::Hello {
             version: PROTOCOL_VERSION,
