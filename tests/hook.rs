@@ -1706,19 +1706,21 @@ print("contended", due(10**12))
     assert_eq!(out_b, "before -1\nattached 0 alone 0\ncontended 0\n");
 }
 
-/// Processes under the hook on the fake's shared GPU (`FAKE_CUDA_GPU`): asynchronous kernels
-/// that run one after another, as on one GPU without MPS. Each `(client, op)` runs as its own
-/// process; returns their pids and stdout.
+/// Processes under the hook on the fake's shared GPUs (`FAKE_CUDA_GPU`): asynchronous kernels
+/// that run one after another on each GPU, as without MPS. The machine has two GPUs; a process
+/// runs on the first unless its ops name another (`device:1`). Each `(client, ops)` (ops
+/// separated by spaces) runs as its own process; returns their pids and stdout.
 fn on_shared_gpu(d: &Daemon, log: &Path, gpu: &Path, runs: &[(&str, &str)]) -> Vec<(u32, String)> {
     let children: Vec<_> = runs
         .iter()
-        .map(|(client, op)| {
+        .map(|(client, ops)| {
             Run::new(Via::Dlsym)
                 .daemon(d)
                 .log(log)
                 .client(client)
+                .env("FAKE_CUDA_DEVICES", "2")
                 .env("FAKE_CUDA_GPU", &gpu.display().to_string())
-                .command(&[op])
+                .command(&ops.split_whitespace().collect::<Vec<_>>())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -1921,32 +1923,13 @@ fn processes_on_different_gpus_do_not_wait_for_each_other() {
         let dir = tempfile::tempdir().unwrap();
         let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
         let op = "run:2000:1600000:4:0";
-        let children: Vec<_> = [("big", "device:0"), ("small", "device:1")]
-            .iter()
-            .map(|(client, device)| {
-                Run::new(Via::Dlsym)
-                    .daemon(&d)
-                    .log(&log)
-                    .client(client)
-                    .env("FAKE_CUDA_DEVICES", "2")
-                    .env("FAKE_CUDA_GPU", &gpu.display().to_string())
-                    .command(&[device, op])
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
-        for c in children {
-            let out = c.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        let ran = on_shared_gpu(
+            &d,
+            &log,
+            &gpu,
+            &[("big", op), ("small", &format!("device:1 {op}"))],
+        );
+        let pids = [ran[0].0, ran[1].0];
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let on_gpu1 = text.lines().filter(|l| l.ends_with(" dev=1")).count();
         if on_gpu1 == 0 {
