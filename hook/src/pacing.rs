@@ -31,11 +31,14 @@ pub const CUDA_NOT_READY: CUresult = 600;
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);
 /// Queue budget in GPU nanoseconds.
 static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
-/// The lease runs beside others (the daemon's `GRANT_SHARED`): launches are not held
-/// back, and marker completions do not teach the GPU time per launch. The driver time-slices the
-/// GPU between the processes then, and a marker also waits for the others' work: the queue would
-/// look long, and a launch-bound process held back at every launch ran several times slower than
-/// under plain time-slicing.
+/// The lease runs beside others (the daemon's `GRANT_SHARED`): marker completions do not teach
+/// the GPU time per launch. The driver time-slices the GPU between the processes then, and a
+/// marker also waits for the others' work: learnt there, the GPU time per launch would be far too
+/// long, and a launch-bound process held back at every launch ran several times slower than under
+/// plain time-slicing. The queue is still bounded by the time per launch learnt alone, so that a
+/// revocation or the end of the lease hands the GPU over promptly; a process never seen busy
+/// alone (launch-bound, or never alone) is held back only once its oldest pending work waited the
+/// budget, or its markers fill the ring.
 static SHARED: AtomicBool = AtomicBool::new(false);
 /// A wait for this process's queue ran into its limit: no more waits until a marker completes.
 static STALLED: AtomicBool = AtomicBool::new(false);
@@ -202,10 +205,15 @@ pub fn check(wait_limit_ns: u64) -> u64 {
                 }
                 first = false;
             }
-            if STALLED.load(Relaxed) || SHARED.load(Relaxed) || p.len < p.allowed(budget) {
+            if STALLED.load(Relaxed) || p.len < p.allowed(budget) {
                 return 0;
             }
+            // Beside others, with no GPU time per launch learned alone, the queue is long also
+            // for their turns: it is held back once its oldest work waited the budget, or the
+            // ring is full.
+            let unknown = SHARED.load(Relaxed) && p.per_launch_ns == 0 && p.len < RING - 1;
             match p.front() {
+                Some(m) if unknown && now_ns().saturating_sub(m.recorded) < budget => return 0,
                 Some(m) => m.event,
                 None => return 0,
             }

@@ -66,6 +66,11 @@ impl Demands {
         self.sessions.get(&session).is_some_and(|d| d.probe_due)
     }
 
+    /// Whether the session never ran a lease alone.
+    pub fn never_alone(&self, session: SessionId) -> bool {
+        self.sessions.get(&session).is_some_and(|d| d.alone_leases == 0)
+    }
+
     /// A lease of `session` ended at `now` after `wall_ns`, its work pending for `busy_ns` of it
     /// (at most the wall time); `alone`: no other lease ran during any of it.
     pub fn learn(

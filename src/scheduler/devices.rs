@@ -116,7 +116,7 @@ impl Schedulers {
     }
 
     /// Another lease on `device` at once, as [`Scheduler::extend`].
-    pub fn extend(&mut self, device: DeviceId, session: SessionId, now: Nanos) -> Option<Nanos> {
+    pub fn extend(&mut self, device: DeviceId, session: SessionId, now: Nanos) -> Option<Grant> {
         self.devices.get_mut(&device)?.extend(session, now)
     }
 

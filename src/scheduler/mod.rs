@@ -16,11 +16,15 @@
 //!
 //! *Overlap by demand* (without MPS): each process reports how much of its lease its work kept
 //! the GPU busy; the scheduler keeps an estimate of that *demand* per process, from the leases it
-//! ran alone ([`demand`]). While the demands of the leases running plus the next one's stay under
-//! [`OVERLAP_LIMIT`], the next process gets a lease at once beside them (launch-bound jobs, data
-//! loading and small kernels leave room), marked [`Grant::shared`], and the driver time-slices
-//! their work; as soon as they would not fit, leases are exclusive again. Shared leases are not
-//! extended, so that their demands stay measured. Leases that run together are each charged
+//! ran alone ([`demand`]). The driver time-slices the GPU between processes with work queued in
+//! equal turns, so the next process gets a lease at once beside the running ones (marked
+//! [`Grant::shared`]) while those turns would give each of them what the scheduler would by
+//! their demands and weights ([`fairness`]): always when every process weighs the same (its
+//! client's request divided among the client's active processes), and for unequal weights while
+//! the GPU has room for all of them or the light ones leave the others their due. Launch-bound
+//! jobs, data loading and small kernels leave room; saturating processes of unequal weights take
+//! exclusive turns. Shared leases are extended only while every process weighs the same, so
+//! that demands stay measured where they decide. Leases that run together are each charged
 //! their part of the time.
 //!
 //! *Interactive* clients get a lease as soon as they ask, beside any other; the leases of batch
@@ -35,6 +39,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 pub mod demand;
 pub mod devices;
+pub mod fairness;
 pub mod lease_log;
 
 use demand::Demands;
@@ -48,10 +53,11 @@ pub type SessionId = u64;
 
 /// Weight of a client with no request, so that such clients still share among themselves.
 const MIN_WEIGHT: f64 = 0.01;
+/// How long after an interactive client's last lease batch processes of equal weights still
+/// overlap only as far as their demands fit: its next request comes soon.
+pub const INTERACTIVE_RECENT: Nanos = 1_000_000_000;
 /// How far back `usage` looks.
 pub const USAGE_WINDOW: Nanos = 10_000_000_000;
-/// Leases overlap while the demands of the running ones and the next one add up to at most this.
-pub const OVERLAP_LIMIT: f64 = 0.9;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Shares {
@@ -199,6 +205,8 @@ pub struct Scheduler {
     lease_log: LeaseLog,
     /// What each process got and waited, until [`Scheduler::take_session_usage`].
     books: BTreeMap<SessionId, SessionBook>,
+    /// When an interactive client last held or waited for a lease.
+    interactive_at: Option<Nanos>,
     /// Virtual clock: never behind the smallest virtual time of an active client.
     vclock: f64,
     started: Nanos,
@@ -218,6 +226,7 @@ impl Scheduler {
             revoked: Vec::new(),
             lease_log: LeaseLog::default(),
             books: BTreeMap::new(),
+            interactive_at: None,
             vclock: 0.0,
             started: now,
         }
@@ -236,7 +245,7 @@ impl Scheduler {
     }
 
     /// How many leases may run at once (at least one), and whether a lease starts beside
-    /// others only while their demands fit ([`OVERLAP_LIMIT`]).
+    /// others only while the driver's turns would be fair to all ([`fairness`]).
     pub fn set_slots(&mut self, slots: usize, demand_gated: bool) {
         self.slots = slots.max(1);
         self.demand_gated = demand_gated;
@@ -368,13 +377,13 @@ impl Scheduler {
 
     /// `session`, holding a lease, asks for the next one at once. Granted (the lease restarts now,
     /// what ran so far is charged) when no other session waits, the lease was not revoked and the
-    /// client's limit allows it; the lease length, or `None` when it must give the token back as
-    /// usual.
-    pub fn extend(&mut self, session: SessionId, now: Nanos) -> Option<Nanos> {
+    /// client's limit allows it; the new lease (shared when others run beside it), or `None` when
+    /// it must give the token back as usual.
+    pub fn extend(&mut self, session: SessionId, now: Nanos) -> Option<Grant> {
         let i = self.holders.iter().position(|h| h.session == session)?;
         if self.holders[i].revoked
             || self.clients.values().any(|c| !c.waiting.is_empty())
-            || self.overlapping_by_demand()
+            || self.overlapping_by_demand(now)
         {
             return None;
         }
@@ -408,15 +417,100 @@ impl Scheduler {
             alone,
             probe: false,
         };
-        Some(quantum)
+        Some(Grant {
+            session,
+            client: h.client,
+            lease_ns: quantum,
+            shared: self.demand_gated && !alone,
+        })
     }
 
-    /// Leases that run together by demand (without MPS) are not extended: an extension reports
-    /// no busy time, so their demands would never be measured again, and processes that grew
-    /// heavy would go on overlapping (sharing the GPU as the driver's time-slicing does, not by
-    /// request). They ask again at each lease's end instead.
-    fn overlapping_by_demand(&self) -> bool {
-        self.demand_gated && self.holders.len() > 1
+    /// Leases that run together by demand (without MPS) are not extended unless every process
+    /// weighs the same: an extension reports no busy time, so their demands would never be
+    /// measured again, and processes of unequal weights that grew heavy would go on overlapping
+    /// (sharing the GPU as the driver's time-slicing does, not by request). They ask again at
+    /// each lease's end instead. Processes of equal weights get what the scheduler would give
+    /// them from the driver's turns, whatever their demands.
+    fn overlapping_by_demand(&self, now: Nanos) -> bool {
+        self.demand_gated
+            && self.holders.len() > 1
+            && (!self.equal_weights() || self.interactive_recently(now))
+    }
+
+    /// Whether an interactive client held or waited for a lease in the last
+    /// [`INTERACTIVE_RECENT`].
+    fn interactive_recently(&self, now: Nanos) -> bool {
+        self.interactive_at
+            .is_some_and(|t| now.saturating_sub(t) < INTERACTIVE_RECENT)
+    }
+
+    /// The processes that wait or hold a lease, with their clients, interactive ones left out
+    /// (they run at once whatever the others do).
+    fn active_batch(&self) -> impl Iterator<Item = (ClientId, SessionId)> + '_ {
+        let holding = self.holders.iter().map(|h| (h.client, h.session));
+        let waiting = self
+            .clients
+            .iter()
+            .flat_map(|(&id, c)| c.waiting.iter().map(move |&s| (id, s)));
+        holding.chain(waiting).filter(|(id, _)| {
+            self.clients
+                .get(id)
+                .is_some_and(|c| !c.shares.interactive)
+        })
+    }
+
+    /// A process's weight: its client's, divided among the client's processes that wait or
+    /// hold a lease (the driver gives each process its own turns).
+    fn process_weight(&self, client: ClientId) -> f64 {
+        let Some(c) = self.clients.get(&client) else {
+            return MIN_WEIGHT;
+        };
+        let waiting = c.waiting.len();
+        let holding = self.holders.iter().filter(|h| h.client == client).count();
+        c.weight() / (waiting + holding).max(1) as f64
+    }
+
+    /// Whether every batch process that waits or holds a lease weighs the same: then the
+    /// driver's equal turns are the scheduler's division, and their leases may all overlap.
+    fn equal_weights(&self) -> bool {
+        let mut weights = self.active_batch().map(|(c, _)| self.process_weight(c));
+        let Some(first) = weights.next() else {
+            return true;
+        };
+        weights.all(|w| (w - first).abs() <= first * 0.01)
+    }
+
+    /// Whether `next` of client `id` may start beside the running leases: by the processes'
+    /// demands and weights, the driver's turns would give each what the scheduler would
+    /// ([`fairness::fair_together`]). While an interactive client is active
+    /// ([`INTERACTIVE_RECENT`]), only while all their demands fit.
+    fn fair_beside(&self, id: ClientId, next: SessionId, now: Nanos) -> bool {
+        if self.interactive_recently(now) {
+            // The latency class: while it runs (or ran a moment ago) only processes that fit in
+            // the room the GPU has overlap, whatever their weights, so that an interactive
+            // client's work waits for one bounded queue at most, not for several.
+            let demands: f64 = self
+                .holders
+                .iter()
+                .map(|h| h.session)
+                .chain(std::iter::once(next))
+                .map(|s| self.demand.get(s).unwrap_or(1.0))
+                .sum();
+            return demands <= fairness::CAPACITY;
+        }
+        let procs: Vec<(f64, f64)> = self
+            .holders
+            .iter()
+            .map(|h| (h.session, h.client))
+            .chain(std::iter::once((next, id)))
+            .map(|(s, c)| {
+                (
+                    self.demand.get(s).unwrap_or(1.0),
+                    self.process_weight(c),
+                )
+            })
+            .collect();
+        fairness::fair_together(&procs)
     }
 
     /// A session closed: it stops waiting and loses the token if it had it.
@@ -506,6 +600,14 @@ impl Scheduler {
         if min_active.is_finite() {
             self.vclock = self.vclock.max(min_active);
         }
+        let interactive_holds = self.holders.iter().any(|h| {
+            self.clients
+                .get(&h.client)
+                .is_some_and(|c| c.shares.interactive)
+        });
+        if urgent.is_some() || interactive_holds {
+            self.interactive_at = Some(now);
+        }
         if let Some((_, id)) = urgent {
             let mut revoked = vec![];
             for h in &mut self.holders {
@@ -530,20 +632,20 @@ impl Scheduler {
         let mut probe = false;
         if self.demand_gated {
             let next = *self.clients.get(&id)?.waiting.front()?;
-            probe = self.demand.probe_due(next);
+            // Demands decide nothing while every process weighs the same: no probe then, but
+            // for a process's first (its hook learns the GPU time of its launches alone, which
+            // bounds its queue beside others).
+            probe = self.demand.probe_due(next)
+                && (self.demand.never_alone(next)
+                    || !self.equal_weights()
+                    || self.interactive_recently(now));
             if !self.holders.is_empty() {
                 if probe || self.holders.iter().any(|h| h.revoked || h.probe) {
                     // a probe waits for the GPU to itself (and nothing starts beside one), as a
                     // hand-over to an interactive client does
                     return None;
                 }
-                let running: f64 = self
-                    .holders
-                    .iter()
-                    .map(|h| self.demand.get(h.session).unwrap_or(1.0))
-                    .sum();
-                let theirs = self.demand.get(next).unwrap_or(1.0);
-                if running + theirs > OVERLAP_LIMIT {
+                if !self.fair_beside(id, next, now) {
                     return None;
                 }
             }
@@ -1002,7 +1104,7 @@ mod tests {
         s.set_client(2, shares(0.5, 1.0), 0);
         s.acquire(1, 10, 0);
         assert_eq!(s.poll(0).unwrap().session, 10);
-        assert_eq!(s.extend(10, 20 * MS), Some(20 * MS), "nobody waits");
+        assert_eq!(s.extend(10, 20 * MS).map(|g| g.lease_ns), Some(20 * MS), "nobody waits");
         assert_eq!(s.usage(1, 20 * MS).unwrap().charged_total, 20 * MS);
         assert_eq!(s.poll(30 * MS), None, "the extended lease runs to 40 ms");
         assert_eq!(s.extend(20, 30 * MS), None, "only a holder extends");
@@ -1018,7 +1120,7 @@ mod tests {
         assert!(s.poll(0).is_some());
         let mut t = 20 * MS;
         let mut extended = 0;
-        while s.extend(10, t) == Some(20 * MS) {
+        while s.extend(10, t).map(|g| g.lease_ns) == Some(20 * MS) {
             extended += 1;
             t += 20 * MS;
         }
@@ -1186,7 +1288,7 @@ mod tests {
     }
 
     #[test]
-    fn a_saturating_process_does_not_overlap_light_ones() {
+    fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
         let mut s = gated(20 * MS);
         s.set_client(1, shares(0.5, 1.0), 0);
         for c in 2..=5 {
@@ -1194,12 +1296,95 @@ mod tests {
         }
         let mut sessions = vec![(1, 10, 1.0)];
         sessions.extend((2..=5).map(|c| (c, c * 10, 0.1)));
-        let (_, held) = run_gated(&mut s, &sessions, 20 * S);
-        // the light ones run together in their turns, the heavy one alone in its own
-        assert_near(held[&1], 0.5, 0.03, "saturating client");
-        for c in 2..=5 {
-            assert!(held[&c] >= 0.125, "client {c} held {}", held[&c]);
+        let (most, held) = run_gated(&mut s, &sessions, 20 * S);
+        // the light ones take 0.4 in the driver's turns, less than their due: the heavy one
+        // gets the rest, more than its request
+        assert_eq!(most, 5);
+        for c in 1..=5 {
+            assert!(held[&c] > 0.95, "client {c} held {}", held[&c]);
         }
+    }
+
+    #[test]
+    fn a_process_that_would_take_more_than_its_due_in_equal_turns_does_not_overlap() {
+        let mut s = gated(20 * MS);
+        s.set_client(1, shares(0.75, 1.0), 0);
+        s.set_client(2, shares(0.25, 1.0), 0);
+        // client 2 is half busy: in equal turns it would take 0.45 of the GPU, due 0.25
+        let (most, held) = run_gated(&mut s, &[(1, 10, 1.0), (2, 20, 0.5)], 20 * S);
+        assert_eq!(most, 1);
+        assert_near(held[&1], 0.75, 0.01, "client 1");
+        assert_near(held[&2], 0.25, 0.01, "client 2");
+    }
+
+    /// Three processes of a client with request 0.75 and one of a client with 0.25 weigh the
+    /// same each: the driver's equal turns give the clients 0.75 / 0.25, so all four overlap,
+    /// extend their leases while nobody waits, and are never probed.
+    #[test]
+    fn processes_of_equal_weight_overlap_whatever_their_demands() {
+        let mut s = gated(20 * MS);
+        s.set_client(1, shares(0.75, 1.0), 0);
+        s.set_client(2, shares(0.25, 1.0), 0);
+        let procs = [(1, 10), (1, 11), (1, 12), (2, 20)];
+        for (c, sid) in procs {
+            s.acquire(c, sid, 0);
+        }
+        let mut t = 0;
+        let mut granted = vec![];
+        while let Some(g) = s.poll(t) {
+            granted.push(g);
+        }
+        assert_eq!(granted.len(), 4, "{granted:?}");
+        assert!(granted[1..].iter().all(|g| g.shared));
+        for _ in 0..(3 * demand::PROBE_EVERY / (20 * MS)) {
+            t += 20 * MS;
+            for g in &granted {
+                let e = s.extend(g.session, t).expect("nobody waits: extended");
+                assert!(e.shared && e.lease_ns == 20 * MS, "{e:?}");
+            }
+        }
+        // one of them renews, busy all along beside the others: still no probe, all four again
+        s.release(10, 20 * MS, t);
+        s.acquire(1, 10, t);
+        let g = s.poll(t).unwrap();
+        assert_eq!((g.session, g.lease_ns, g.shared), (10, 20 * MS, true));
+        assert_eq!(s.holder_count(), 4);
+        // a client of another weight waiting stops the extensions
+        s.set_client(3, shares(0.5, 1.0), t);
+        s.acquire(3, 30, t);
+        assert_eq!(s.poll(t), None, "heavy processes of other weights: it waits");
+        assert_eq!(s.extend(11, t + MS), None);
+    }
+
+    /// Beside an active interactive client, batch processes of equal weights overlap only as
+    /// far as their demands fit: its next request then waits for one bounded queue, not several.
+    #[test]
+    fn equal_weights_overlap_only_by_demand_while_an_interactive_client_is_active() {
+        let mut s = gated(20 * MS);
+        s.set_client(1, shares(0.5, 1.0), 0);
+        let live = Shares {
+            request: 0.0,
+            limit: 1.0,
+            interactive: true,
+        };
+        s.set_client(2, live, 0);
+        s.acquire(2, 20, 0);
+        assert_eq!(s.poll(0).unwrap().session, 20);
+        s.release(20, MS, MS);
+        s.acquire(1, 10, MS);
+        s.acquire(1, 11, MS);
+        assert_eq!(s.poll(MS).unwrap().session, 10);
+        assert_eq!(s.poll(MS), None, "two at demand 0.5 do not fit");
+        s.release(10, 20 * MS, 21 * MS);
+        s.acquire(1, 10, 21 * MS);
+        assert_eq!(s.poll(21 * MS).unwrap().session, 11);
+        assert_eq!(s.poll(21 * MS), None);
+        // a second after the interactive client's last lease, they run together
+        let t = MS + INTERACTIVE_RECENT;
+        s.release(11, 20 * MS, t);
+        s.acquire(1, 11, t);
+        assert!(s.poll(t).is_some());
+        assert!(s.poll(t).is_some(), "equal weights overlap again");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::protocol::{
     DeviceId, ErrorCode, Reply, GRANT_SHARED, MAX_DEVICES, MEMORY_OVERSUBSCRIBE,
     MEMORY_RELEASE_CACHE, NO_CAP, SCHED_INTERACTIVE,
 };
-use crate::scheduler::{ClientId, Nanos, Schedulers, SessionId, Shares};
+use crate::scheduler::{ClientId, Grant, Nanos, Schedulers, SessionId, Shares};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -391,12 +391,24 @@ impl State {
         }
     }
 
-    /// Another lease on `device` at once for a holder nobody waits behind there; `NotExtended`
-    /// otherwise.
+    /// Another lease on `device` at once for a holder nobody waits behind there (with the tracing
+    /// a grant has); `NotExtended` otherwise.
     pub fn extend(&mut self, session: SessionId, device: DeviceId) -> Reply {
         let now = self.now();
         let reply = match self.sched.extend(device, session, now) {
-            Some(lease_ns) => Reply::Grant { lease_ns, flags: 0 },
+            Some(g) => {
+                tracing::trace!(
+                    %device,
+                    session,
+                    holders = self.sched.holder_count(device),
+                    shared = g.shared,
+                    "extended"
+                );
+                Reply::Grant {
+                lease_ns: g.lease_ns,
+                    flags: grant_flags(&g),
+                }
+            }
             None => Reply::NotExtended,
         };
         self.dispatch();
@@ -433,7 +445,7 @@ impl State {
             let delivered = self.sessions.get(&g.session).is_some_and(|s| {
                 s.tx.send(Reply::Grant {
                     lease_ns: g.lease_ns,
-                    flags: if g.shared { GRANT_SHARED } else { 0 },
+                    flags: grant_flags(&g),
                 })
                 .is_ok()
             });
@@ -488,6 +500,15 @@ impl Session {
         self.reserved
             .values()
             .fold(0u64, |sum, b| sum.saturating_add(*b))
+    }
+}
+
+/// The flags a grant's reply carries.
+fn grant_flags(g: &Grant) -> u32 {
+    if g.shared {
+        GRANT_SHARED
+    } else {
+        0
     }
 }
 
