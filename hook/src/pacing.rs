@@ -35,10 +35,10 @@ static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
 /// the GPU time per launch. The driver time-slices the GPU between the processes then, and a
 /// marker also waits for the others' work: learnt there, the GPU time per launch would be far too
 /// long, and a launch-bound process held back at every launch ran several times slower than under
-/// plain time-slicing. The queue is still bounded by the time per launch learnt alone, so that a
-/// revocation or the end of the lease hands the GPU over promptly; a process never seen busy
-/// alone (launch-bound, or never alone) is held back only once its oldest pending work waited the
-/// budget, or its markers fill the ring.
+/// plain time-slicing (and launch-bound processes waiting for their own markers there fell far
+/// behind the others). Over its allowance, a launch waits only once the work queued passes four
+/// budgets by the time per launch learnt alone (kernels known to be long), or the markers fill
+/// the ring: so the queue stays bounded, and the end of the lease hands the GPU over.
 static SHARED: AtomicBool = AtomicBool::new(false);
 /// A wait for this process's queue ran into its limit: no more waits until a marker completes.
 static STALLED: AtomicBool = AtomicBool::new(false);
@@ -205,17 +205,28 @@ pub fn check(wait_limit_ns: u64) -> u64 {
                 }
                 first = false;
             }
+            let shared = SHARED.load(Relaxed);
+            // Beside others this process's markers are pending often, for the others' turns too:
+            // a launch-bound process checked at every launch would pay for it at every launch.
+            // Its checks stay spaced then (unless its kernels are known to be long).
+            let next_check = if shared && p.per_launch_ns < CHECK_EVERY_NS {
+                CHECK_EVERY_NS
+            } else {
+                0
+            };
             if STALLED.load(Relaxed) || p.len < p.allowed(budget) {
-                return 0;
+                return next_check;
             }
-            // Beside others, with no GPU time per launch learned alone, the queue is long also
-            // for their turns: it is held back once its oldest work waited the budget, or the
-            // ring is full.
-            let unknown = SHARED.load(Relaxed) && p.per_launch_ns == 0 && p.len < RING - 1;
+            // Beside others the queue is long also for their turns: it is held back once what it
+            // holds by the GPU time per launch learnt alone passes four budgets (kernels known to
+            // be long), or its markers fill the ring.
+            let long = p.per_launch_ns >= CHECK_EVERY_NS
+                && (p.len as u64).saturating_mul(p.per_launch_ns) >= budget.saturating_mul(4);
+            let short = !long && p.len < RING - 1;
             match p.front() {
-                Some(m) if unknown && now_ns().saturating_sub(m.recorded) < budget => return 0,
+                Some(_) if shared && short => return next_check,
                 Some(m) => m.event,
-                None => return 0,
+                None => return next_check,
             }
         };
         // SAFETY: an event of ours (markers' events are reused, never destroyed, once recorded).
