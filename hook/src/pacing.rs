@@ -62,6 +62,8 @@ struct Pacer {
     spare: Vec<CUevent>,
     /// GPU nanoseconds per marked launch while backlogged (0: not known yet).
     per_launch_ns: u64,
+    /// `per_launch_ns` when the current lease began.
+    per_launch_at_grant: u64,
     /// When the last marker was seen done.
     last_done: u64,
     /// When the newest marker was recorded.
@@ -85,6 +87,7 @@ impl Pacer {
             len: 0,
             spare: Vec::new(),
             per_launch_ns: 0,
+            per_launch_at_grant: 0,
             last_done: 0,
             last_mark: 0,
             last_pending: 0,
@@ -164,8 +167,14 @@ fn query_fn() -> Option<Query> {
     unsafe { helper::<Query>(Helper::cuEventQuery) }
 }
 
-/// Whether the lease just granted runs beside others.
+/// Whether the lease just granted (or extended) runs beside others. A lease granted alone that
+/// others joined learnt the GPU time per launch from markers that also waited for their turns:
+/// what it learnt is forgotten when the next lease says so.
 pub fn set_shared(shared: bool) {
+    if shared && !SHARED.swap(shared, Relaxed) {
+        let mut p = PACER.lock();
+        p.per_launch_ns = p.per_launch_at_grant;
+    }
     SHARED.store(shared, Relaxed);
 }
 
@@ -381,6 +390,7 @@ pub fn restart_count() {
     let mut p = PACER.lock();
     p.samples = 0;
     p.busy_samples = 0;
+    p.per_launch_at_grant = p.per_launch_ns;
 }
 
 /// How long this process has left the GPU without work of its own: `None` while work it marked
