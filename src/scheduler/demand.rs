@@ -68,7 +68,9 @@ impl Demands {
 
     /// Whether the session never ran a lease alone.
     pub fn never_alone(&self, session: SessionId) -> bool {
-        self.sessions.get(&session).is_some_and(|d| d.alone_leases == 0)
+        self.sessions
+            .get(&session)
+            .is_some_and(|d| d.alone_leases == 0)
     }
 
     /// A lease of `session` ended at `now` after `wall_ns`, its work pending for `busy_ns` of it

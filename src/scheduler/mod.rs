@@ -452,11 +452,9 @@ impl Scheduler {
             .clients
             .iter()
             .flat_map(|(&id, c)| c.waiting.iter().map(move |&s| (id, s)));
-        holding.chain(waiting).filter(|(id, _)| {
-            self.clients
-                .get(id)
-                .is_some_and(|c| !c.shares.interactive)
-        })
+        holding
+            .chain(waiting)
+            .filter(|(id, _)| self.clients.get(id).is_some_and(|c| !c.shares.interactive))
     }
 
     /// A process's weight: its client's, divided among the client's processes that wait or
@@ -503,12 +501,7 @@ impl Scheduler {
             .iter()
             .map(|h| (h.session, h.client))
             .chain(std::iter::once((next, id)))
-            .map(|(s, c)| {
-                (
-                    self.demand.get(s).unwrap_or(1.0),
-                    self.process_weight(c),
-                )
-            })
+            .map(|(s, c)| (self.demand.get(s).unwrap_or(1.0), self.process_weight(c)))
             .collect();
         fairness::fair_together(&procs)
     }
@@ -1104,7 +1097,11 @@ mod tests {
         s.set_client(2, shares(0.5, 1.0), 0);
         s.acquire(1, 10, 0);
         assert_eq!(s.poll(0).unwrap().session, 10);
-        assert_eq!(s.extend(10, 20 * MS).map(|g| g.lease_ns), Some(20 * MS), "nobody waits");
+        assert_eq!(
+            s.extend(10, 20 * MS).map(|g| g.lease_ns),
+            Some(20 * MS),
+            "nobody waits"
+        );
         assert_eq!(s.usage(1, 20 * MS).unwrap().charged_total, 20 * MS);
         assert_eq!(s.poll(30 * MS), None, "the extended lease runs to 40 ms");
         assert_eq!(s.extend(20, 30 * MS), None, "only a holder extends");
@@ -1352,7 +1349,11 @@ mod tests {
         // a client of another weight waiting stops the extensions
         s.set_client(3, shares(0.5, 1.0), t);
         s.acquire(3, 30, t);
-        assert_eq!(s.poll(t), None, "heavy processes of other weights: it waits");
+        assert_eq!(
+            s.poll(t),
+            None,
+            "heavy processes of other weights: it waits"
+        );
         assert_eq!(s.extend(11, t + MS), None);
     }
 

@@ -405,7 +405,7 @@ impl State {
                     "extended"
                 );
                 Reply::Grant {
-                lease_ns: g.lease_ns,
+                    lease_ns: g.lease_ns,
                     flags: grant_flags(&g),
                 }
             }
