@@ -191,6 +191,9 @@ pub struct DaemonConfig {
     pub admin_groups: Vec<String>,
     /// Where usage accounting is kept (read at start); `None`: no accounting.
     pub state_dir: Option<PathBuf>,
+    /// Decayed fair share: past GPU time, halving every this long, lowers the weight of a
+    /// client's request; `None`: off.
+    pub fairshare_half_life: Option<Duration>,
 }
 
 /// The Prometheus endpoint.
@@ -270,6 +273,7 @@ struct FileDaemon {
     #[serde(default)]
     admin_groups: Vec<String>,
     state_dir: Option<PathBuf>,
+    fairshare_half_life: Option<String>,
 }
 
 /// `concurrent_leases`: a number, or "all".
@@ -478,6 +482,14 @@ impl Config {
                     p.display()
                 ))
                 }
+            },
+            fairshare_half_life: match &d.fairshare_half_life {
+                None => None,
+                half_life => Some(duration(
+                    half_life,
+                    Duration::ZERO,
+                    "daemon.fairshare_half_life",
+                )?),
             },
         };
         let g = &file.gpu;
@@ -896,6 +908,20 @@ mps_priority = "below-normal"
         assert_eq!(c.daemon.state_dir, None);
         let c = Config::parse("[metrics]\nlisten = \"[::1]:9464\"\n").unwrap();
         assert_eq!(c.metrics.listen.unwrap().port(), 9464);
+    }
+
+    #[test]
+    fn fair_share_is_off_unless_a_half_life_is_given() {
+        assert_eq!(Config::parse("").unwrap().daemon.fairshare_half_life, None);
+        let c = Config::parse("[daemon]\nfairshare_half_life = \"7d\"\n").unwrap();
+        assert_eq!(
+            c.daemon.fairshare_half_life,
+            Some(Duration::from_secs(7 * 86_400))
+        );
+        let e = Config::parse("[daemon]\nfairshare_half_life = \"0s\"\n").unwrap_err();
+        assert!(e.contains("daemon.fairshare_half_life"), "{e}");
+        let e = Config::parse("[daemon]\nfairshare_half_life = \"a week\"\n").unwrap_err();
+        assert!(e.contains("daemon.fairshare_half_life"), "{e}");
     }
 
     #[test]

@@ -8,10 +8,12 @@
 
 use super::state::State;
 use super::usage::{Pending, Tally, Totals};
+use crate::scheduler::fair_share::decayed;
 use rusqlite::{params, Connection, ErrorCode};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -206,6 +208,36 @@ impl Store {
         })?;
         rows.collect()
     }
+
+    /// Each client's GPU time in nanoseconds, decayed to `now` (Unix seconds) with usage halving
+    /// every `half_life` ([`crate::scheduler::fair_share`]). An hour's GPU time counts at the
+    /// middle of the part of it that has passed; hours older than 30 half-lives are left out.
+    pub fn decayed_usage(
+        &self,
+        now: i64,
+        half_life: Duration,
+    ) -> rusqlite::Result<BTreeMap<String, f64>> {
+        let half_life_s = half_life.as_secs_f64();
+        let horizon = (half_life_s * 30.0).min(i64::MAX as f64 / 2.0) as i64;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT client, hour, SUM(gpu_ns) FROM usage WHERE hour > ?1 GROUP BY client, hour",
+        )?;
+        let mut usage = BTreeMap::new();
+        let rows = stmt.query_map([now.saturating_sub(horizon) - 3600], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (client, hour, gpu_ns) = row?;
+            let end = (hour + 3600).min(now).max(hour);
+            let age = now as f64 - (hour as f64 + end as f64) / 2.0;
+            *usage.entry(client).or_insert(0.0) += decayed(gpu_ns.max(0) as f64, age, half_life_s);
+        }
+        Ok(usage)
+    }
 }
 
 fn clamp_i64(v: u64) -> i64 {
@@ -227,6 +259,8 @@ pub struct Accounting {
     /// The last write error, logged once until a write succeeds again.
     write_error: Mutex<Option<String>>,
     write_failures: AtomicU64,
+    /// Whether the log said that fair share cannot run without accounting.
+    fair_share_warned: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -266,6 +300,7 @@ impl Accounting {
             store,
             write_error: Mutex::new(None),
             write_failures: AtomicU64::new(0),
+            fair_share_warned: AtomicBool::new(false),
         }
     }
 
@@ -338,18 +373,59 @@ impl Accounting {
     }
 }
 
+impl Accounting {
+    /// Weighs the clients by their decayed usage while `daemon.fairshare_half_life` is set
+    /// (blocking: disk I/O); clears the weighing otherwise, or when there is no accounting to
+    /// read it from.
+    pub fn update_fair_share(&self) {
+        let half_life = lock(&self.state).config.daemon.fairshare_half_life;
+        let usage = match (half_life, &self.store) {
+            (None, _) => None,
+            (Some(_), Err(why)) => {
+                if !self.fair_share_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("fair share is off: it reads usage accounting, and {why}");
+                }
+                None
+            }
+            (Some(half_life), Ok(store)) => {
+                // what the tally holds counts too
+                let _ = self.flush();
+                let store = lock(store);
+                match store.decayed_usage(unix_now(), half_life) {
+                    Ok(u) => Some(u),
+                    Err(e) => {
+                        // keep the last weighing: a failed read says nothing about usage
+                        tracing::error!(
+                            "cannot read {} for fair share: {e}",
+                            store.path().display()
+                        );
+                        return;
+                    }
+                }
+            }
+        };
+        lock(&self.state).set_fair_usage(usage);
+    }
+}
+
 /// Samples every [`SAMPLE_EVERY`] and writes every [`FLUSH_EVERY`], until the daemon stops.
 pub async fn run(accounting: Arc<Accounting>) {
     let mut sample = tokio::time::interval(SAMPLE_EVERY);
     sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_flush = tokio::time::Instant::now();
+    let a = accounting.clone();
+    let _ = tokio::task::spawn_blocking(move || a.update_fair_share()).await;
     loop {
         sample.tick().await;
         accounting.sample();
         if last_flush.elapsed() >= FLUSH_EVERY {
             last_flush = tokio::time::Instant::now();
             let a = accounting.clone();
-            let _ = tokio::task::spawn_blocking(move || a.flush()).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = a.flush();
+                a.update_fair_share();
+            })
+            .await;
         }
     }
 }
@@ -417,6 +493,31 @@ mod tests {
         let days = s.query(None, By::Day).unwrap();
         assert_eq!(days.len(), 2);
         assert!(days.iter().all(|d| d.key.len() == 10), "{days:?}");
+    }
+
+    #[test]
+    fn decayed_usage_halves_every_half_life() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let week = 7 * 86_400;
+        let hour = 1_800_000_000 / 3600 * 3600;
+        let now = hour + 1800; // half of this hour has passed
+        s.add(&pending(hour, "alice", "train", 100)).unwrap();
+        s.add(&pending(hour, "bob", "train", 20)).unwrap();
+        s.add(&pending(hour - week, "bob", "user.bob", 100))
+            .unwrap();
+        s.add(&pending(hour - 40 * week, "carol", "old", 100))
+            .unwrap();
+        let u = s
+            .decayed_usage(now, Duration::from_secs(week as u64))
+            .unwrap();
+        let s_of = |c: &str| u[c] / 1e9;
+        // this hour counts at the middle of its past half: 15 minutes ago
+        let fresh = 120.0 * (-900.0 / week as f64).exp2();
+        assert!((s_of("train") - fresh).abs() < 1e-6, "{u:?}");
+        // a whole hour a week before this one counts at its middle, a week ago: half
+        assert!((s_of("user.bob") - 50.0).abs() < 1e-6, "{u:?}");
+        assert!(!u.contains_key("old"), "beyond 30 half-lives: left out");
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct Schedulers {
     demand_gated: bool,
     /// Every client with its shares, for the devices made later.
     clients: BTreeMap<ClientId, Shares>,
+    /// Fair-share factors other than 1, for the devices made later.
+    fair_factors: BTreeMap<ClientId, f64>,
     devices: BTreeMap<DeviceId, Scheduler>,
 }
 
@@ -31,6 +33,7 @@ impl Schedulers {
             slots: 1,
             demand_gated: false,
             clients: BTreeMap::new(),
+            fair_factors: BTreeMap::new(),
             devices: BTreeMap::new(),
         }
     }
@@ -70,9 +73,25 @@ impl Schedulers {
         }
     }
 
+    /// As [`Scheduler::set_fair_factor`], on every device.
+    pub fn set_fair_factor(&mut self, id: ClientId, factor: f64) {
+        if !self.clients.contains_key(&id) {
+            return;
+        }
+        if factor == 1.0 {
+            self.fair_factors.remove(&id);
+        } else {
+            self.fair_factors.insert(id, factor);
+        }
+        for s in self.devices.values_mut() {
+            s.set_fair_factor(id, factor);
+        }
+    }
+
     /// Forgets a client on every device; its waiting sessions are dropped and its leases end.
     pub fn remove_client(&mut self, id: ClientId, now: Nanos) {
         self.clients.remove(&id);
+        self.fair_factors.remove(&id);
         for s in self.devices.values_mut() {
             s.remove_client(id, now);
         }
@@ -86,13 +105,16 @@ impl Schedulers {
     fn device(&mut self, device: DeviceId, now: Nanos) -> &mut Scheduler {
         let (quantum, grace, slots, gated) =
             (self.quantum, self.grace, self.slots, self.demand_gated);
-        let clients = &self.clients;
+        let (clients, factors) = (&self.clients, &self.fair_factors);
         self.devices.entry(device).or_insert_with(|| {
             let mut s = Scheduler::new(quantum, now);
             s.set_grace(grace);
             s.set_slots(slots, gated);
             for (&id, &shares) in clients {
                 s.set_client(id, shares, now);
+            }
+            for (&id, &factor) in factors {
+                s.set_fair_factor(id, factor);
             }
             s
         })
@@ -315,6 +337,24 @@ mod tests {
         s.acquire(GPU0, 9, 90, 66 * MS);
         assert_eq!(s.poll(66 * MS), None);
         assert!(s.usage(9, 66 * MS).is_none());
+    }
+
+    #[test]
+    fn fair_share_factors_reach_every_device_made_before_or_after() {
+        let mut s = two_clients();
+        s.acquire(GPU0, 1, 10, 0);
+        s.set_fair_factor(2, 0.25);
+        s.set_fair_factor(9, 0.5); // unknown: ignored
+        assert!(!s.fair_factors.contains_key(&9));
+        s.acquire(GPU1, 1, 11, 0);
+        for d in [GPU0, GPU1] {
+            let sched = &s.devices[&d];
+            assert_eq!(sched.clients[&2].fair_factor, 0.25, "{d:?}");
+            assert_eq!(sched.clients[&1].fair_factor, 1.0, "{d:?}");
+        }
+        s.set_fair_factor(2, 1.0);
+        assert!(s.fair_factors.is_empty());
+        assert_eq!(s.devices[&GPU1].clients[&2].fair_factor, 1.0);
     }
 
     #[test]

@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 pub mod demand;
 pub mod devices;
+pub mod fair_share;
 pub mod fairness;
 pub mod lease_log;
 
@@ -53,6 +54,11 @@ pub type SessionId = u64;
 
 /// Weight of a client with no request, so that such clients still share among themselves.
 const MIN_WEIGHT: f64 = 0.01;
+
+/// The weight of a request, before any fair-share factor.
+pub fn request_weight(request: f64) -> f64 {
+    request.max(MIN_WEIGHT)
+}
 /// How long after an interactive client's last lease batch processes of equal weights still
 /// overlap only as far as their demands fit: its next request comes soon.
 pub const INTERACTIVE_RECENT: Nanos = 1_000_000_000;
@@ -91,11 +97,13 @@ struct Client {
     grants: u64,
     /// Time its processes waited for a grant, counting the waits that ended.
     waited_total: Nanos,
+    /// Its fair-share factor ([`fair_share`]), 1 unless fair share is on.
+    fair_factor: f64,
 }
 
 impl Client {
     fn weight(&self) -> f64 {
-        self.shares.request.max(MIN_WEIGHT)
+        request_weight(self.shares.request) * self.fair_factor
     }
     fn refill(&mut self, now: Nanos, burst: f64) {
         let dt = now.saturating_sub(self.credit_at) as f64;
@@ -292,9 +300,18 @@ impl Scheduler {
                         gpu_total: 0,
                         grants: 0,
                         waited_total: 0,
+                        fair_factor: 1.0,
                     },
                 );
             }
+        }
+    }
+
+    /// Sets a client's fair-share factor (clamped to [`fair_share::FLOOR`]..=1); its weight is
+    /// its request times it. Unknown clients are ignored.
+    pub fn set_fair_factor(&mut self, id: ClientId, factor: f64) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.fair_factor = clamp_factor(factor);
         }
     }
 
@@ -753,6 +770,15 @@ impl Scheduler {
     }
 }
 
+/// A fair-share factor within [`fair_share::FLOOR`]..=1 (1 for nonsense).
+fn clamp_factor(factor: f64) -> f64 {
+    if factor.is_finite() {
+        factor.clamp(fair_share::FLOOR, 1.0)
+    } else {
+        1.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -873,6 +899,32 @@ mod tests {
         assert_near(shares[&3], 0.2, 0.01, "client 3");
         let u = sim.sched.usage(1, sim.now).unwrap();
         assert_near(u.share, 0.5, 0.02, "reported usage of client 1");
+    }
+
+    #[test]
+    fn a_fair_share_factor_scales_the_weight_of_a_request() {
+        let mut sim = Sim::new(20 * MS);
+        sim.client(1, 0.5, 1.0);
+        sim.client(2, 0.5, 1.0);
+        sim.sched.set_fair_factor(1, 0.25);
+        sim.saturate(1);
+        sim.saturate(2);
+        let shares = sim.run_for(30 * S);
+        // weights 0.125 and 0.5
+        assert_near(shares[&1], 0.2, 0.01, "client with past usage");
+        assert_near(shares[&2], 0.8, 0.01, "fresh client");
+        // alone it still gets the whole GPU: the factor only weighs clients against each other
+        sim.saturating.retain(|&(c, _)| c == 1);
+        sim.sched.session_gone(200, sim.now);
+        let shares = sim.run_for(10 * S);
+        assert!(shares[&1] >= 0.99, "alone it got {}", shares[&1]);
+        // factors stay within the floor and 1
+        sim.sched.set_fair_factor(2, 0.0);
+        sim.sched.set_fair_factor(1, 7.0);
+        assert_eq!(sim.sched.clients[&2].fair_factor, fair_share::FLOOR);
+        assert_eq!(sim.sched.clients[&1].fair_factor, 1.0);
+        sim.sched.set_fair_factor(1, f64::NAN);
+        assert_eq!(sim.sched.clients[&1].fair_factor, 1.0);
     }
 
     #[test]

@@ -125,6 +125,7 @@ impl State {
         if let Some(c) = self.clients.get_mut(name) {
             c.spec.share = share;
         }
+        self.refresh_fair_factors();
         self.emit(Event::Changed {
             client: name.to_string(),
         });
@@ -256,6 +257,10 @@ impl State {
             .set_slots(new.daemon.concurrent_leases, new.daemon.overlap_by_demand);
         self.config = new;
         self.managed_limit = managed_limit(&self.config);
+        if self.config.daemon.fairshare_half_life.is_none() {
+            self.fair_usage = None;
+        }
+        self.refresh_fair_factors();
         self.dispatch();
     }
 }

@@ -12,6 +12,7 @@
 //! [`clients`], the memory accounts in [`memory`], what is reported in [`reports`].
 
 mod clients;
+mod fair_share;
 mod memory;
 mod reports;
 
@@ -64,6 +65,8 @@ struct ClientEntry {
     /// Device memory its processes hold, per GPU (no entry: none).
     memory_used: BTreeMap<DeviceId, u64>,
     sessions: BTreeSet<SessionId>,
+    /// Its fair-share factor, 1 unless fair share is on ([`State::set_fair_usage`]).
+    fair_factor: f64,
 }
 
 #[derive(Debug)]
@@ -129,6 +132,8 @@ pub struct State {
     ended: Vec<(SessionFigures, Nanos)>,
     /// Config reloads refused since the daemon started.
     reload_failures: u64,
+    /// The clients' decayed GPU time while fair share is on.
+    fair_usage: Option<BTreeMap<String, f64>>,
 }
 impl State {
     pub fn new(config: Config, config_path: PathBuf, events: broadcast::Sender<Event>) -> State {
@@ -154,6 +159,7 @@ impl State {
             managed_limit: 0,
             ended: Vec::new(),
             reload_failures: 0,
+            fair_usage: None,
         };
         s.managed_limit = managed_limit(&s.config);
         let specs: Vec<ClientSpec> = s.config.clients.values().cloned().collect();
@@ -194,14 +200,17 @@ impl State {
                 origin,
                 memory_used: BTreeMap::new(),
                 sessions: BTreeSet::new(),
+                fair_factor: 1.0,
             },
         );
+        self.refresh_fair_factors();
     }
 
     fn remove_client(&mut self, name: &str) {
         if let Some(c) = self.clients.remove(name) {
             let now = self.now();
             self.sched.remove_client(c.id, now);
+            self.refresh_fair_factors();
         }
     }
 
@@ -719,7 +728,10 @@ mod tests {
 
     #[test]
     fn two_sessions_alternate_and_a_dead_holder_passes_the_token() {
-        let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\n[clients.b]\nusers=[\"*\"]\n");
+        // one lease at a time (by default, processes of equal weights overlap)
+        let (mut s, _rx) = state(
+            "[daemon]\nconcurrent_leases = 1\n[clients.a]\nusers=[\"*\"]\n[clients.b]\nusers=[\"*\"]\n",
+        );
         let (ta, mut ra) = mpsc::unbounded_channel();
         let (tb, mut rb) = mpsc::unbounded_channel();
         let (a, _) = s.attach(&user(1, "u"), 1, "a", &[], ta).unwrap();
@@ -754,6 +766,51 @@ mod tests {
         }
         // a release followed by a separate acquire would alternate 10/10
         assert!(grants.0 >= 15, "big got {} of 20 leases", grants.0);
+    }
+
+    #[test]
+    fn fair_share_weighs_clients_by_their_decayed_usage() {
+        let (mut s, _rx) = state(
+            "[daemon]\nconcurrent_leases = 1\nfairshare_half_life = \"7d\"\n\
+             [clients.a]\nrequest = 0.5\nusers=[\"*\"]\n[clients.b]\nrequest = 0.5\nusers=[\"*\"]\n",
+        );
+        s.set_fair_usage(Some([("a".to_string(), 300e9)].into_iter().collect()));
+        assert_eq!(
+            s.fair_factor("a"),
+            0.25,
+            "all the usage for half the weight"
+        );
+        assert_eq!(s.fair_factor("b"), 1.0);
+        let (ta, mut ra) = mpsc::unbounded_channel();
+        let (tb, mut rb) = mpsc::unbounded_channel();
+        let (a, _) = s.attach(&user(1, "u"), 1, "a", &[], ta).unwrap();
+        let (b, _) = s.attach(&user(1, "u"), 2, "b", &[], tb).unwrap();
+        // a user's default client joins the weighing when it appears
+        let (tc, _rc) = mpsc::unbounded_channel();
+        let (c, _) = s.attach(&user(2, "carol"), 3, "", &[], tc).unwrap();
+        assert_eq!(s.fair_factor("user.carol"), 1.0);
+        assert!(s.fair_factor("a") < 0.25, "a's part of the weights shrank");
+        s.detach(c);
+        assert_eq!(s.fair_factor("a"), 0.25);
+        s.acquire(a, GPU0);
+        s.acquire(b, GPU0);
+        let mut grants = (0, 0);
+        for _ in 0..50 {
+            if matches!(ra.try_recv(), Ok(Reply::Grant { .. })) {
+                grants.0 += 1;
+                s.renew(a, GPU0, 1);
+            } else if matches!(rb.try_recv(), Ok(Reply::Grant { .. })) {
+                grants.1 += 1;
+                s.renew(b, GPU0, 1);
+            } else {
+                panic!("nobody holds the token");
+            }
+        }
+        // weights 0.125 and 0.5: b gets about four leases for each of a's
+        assert!(grants.1 >= 3 * grants.0, "a {} b {}", grants.0, grants.1);
+        // off again: equal requests weigh the same
+        s.set_fair_usage(None);
+        assert_eq!(s.fair_factor("a"), 1.0);
     }
 
     #[test]
