@@ -25,6 +25,8 @@
 #      gpushared (restart/run.sh)
 #  13  every GPU its own token: one saturating job per GPU, with and without gpushare, and a
 #      process capped on each of two GPUs (multi_gpu/run.sh; needs two or more GPUs)
+#  14  decayed fair share: two users' saturating jobs, with fair share off and with one user's
+#      past hour of GPU time in the usage database (fair_share/run.sh)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -34,7 +36,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench/run.sh OUTPUT_DIR [PART...]}
 shift
-parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12 13}
+parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12 13 14}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TARGET=${TARGET:-$here/../target/release}
@@ -72,6 +74,7 @@ for part in $parts; do
           step latency_interactive 400 "$here/latency/run.sh" "$out/interactive" ;;
     12) step restart 200 "$here/restart/run.sh" "$out" ;;
     13) step multi_gpu 200 "$here/multi_gpu/run.sh" "$out" ;;
+    14) step fair_share 200 "$here/fair_share/run.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done
