@@ -6,189 +6,36 @@
 
 mod common;
 
-use common::GPU0;
+use common::{Daemon, DaemonBuilder, FakeGpu, GPU0};
 use gpushare::protocol::{Reply, Request};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 
 use std::time::{Duration, Instant};
 
-const FAKE_CONTROL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/fake-mps-control");
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 /// How long the violation tests wait for something the daemon does within a few scans (of
 /// 200 ms): generous, for a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-/// How a test's gpushared differs from the plain one: MPS on, its own [gpu] keys, no D-Bus.
-#[derive(Default)]
-struct Setup<'a> {
-    /// TOML for the [daemon] table.
-    daemon: &'a str,
-    /// TOML appended to the [gpu] table.
-    gpu: &'a str,
-    /// Without MPS (the scan then checks attached processes' activity too).
-    no_mps: bool,
-    /// The bus to serve the D-Bus API on (an address), instead of none.
-    bus: Option<&'a str>,
-    /// The fake NVML of an older driver (tests/fakes/fake_nvml.c, -DOLD_DRIVER).
-    old_driver: bool,
-}
-
-impl Daemon {
-    /// Starts gpushared with the fakes and `extra` appended to the [gpu] table.
-    fn start(nvml_state: &str, gpu_extra: &str) -> Daemon {
-        Daemon::start_with(
-            nvml_state,
-            Setup {
-                gpu: gpu_extra,
-                ..Setup::default()
-            },
+/// gpushared on `gpu` as these tests run it: scans every 200 ms, one client for everyone
+/// (`train`, 30 % of the MPS threads), its log at `info`; it stops within 10 s of SIGTERM.
+fn on_fake_gpu(gpu: FakeGpu) -> DaemonBuilder {
+    Daemon::builder()
+        .table("daemon", "")
+        .fake_gpu(gpu)
+        .table("gpu", "scan_interval = \"200ms\"")
+        .table(
+            "clients.train",
+            "users = [\"*\"]\nmps_thread_percentage = 30",
         )
-    }
-
-    fn start_with(nvml_state: &str, setup: Setup) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path();
-        let nvml = if setup.old_driver {
-            common::fake_nvml_old_driver()
-        } else {
-            common::fake_nvml()
-        };
-        std::fs::copy(nvml, p.join("libnvidia-ml.so.1")).unwrap();
-        std::fs::write(p.join("fake_nvml.state"), nvml_state).unwrap();
-        let config = format!(
-            "[daemon]\n{daemon}\n\
-             [gpu]\nnvml_library = {lib:?}\nmps = {mps}\nmps_control = {FAKE_CONTROL:?}\n\
-             mps_pipe_dir = {pipe:?}\nmps_log_dir = {log:?}\nscan_interval = \"200ms\"\n{gpu_extra}\n\
-             [clients.train]\nusers = [\"*\"]\nmps_thread_percentage = 30\n",
-            daemon = setup.daemon,
-            mps = !setup.no_mps,
-            gpu_extra = setup.gpu,
-            lib = p.join("libnvidia-ml.so.1"),
-            pipe = p.join("mps-pipe"),
-            log = p.join("mps-log"),
-        );
-        std::fs::write(p.join("gpushare.toml"), config).unwrap();
-        let log = std::fs::File::create(p.join("gpushared.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_gpushared"))
-            .arg("--config")
-            .arg(p.join("gpushare.toml"))
-            .arg("--socket-dir")
-            .arg(p.join("run"))
-            .arg("--state-dir")
-            .arg(p.join("state"))
-            .args(["--bus", setup.bus.unwrap_or("none"), "--log", "info"])
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            dir,
-            child: Some(child),
-        };
-        let sock = d.socket();
-        d.wait_for("the socket", || sock.exists());
-        d
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.path("run/gpushare.sock")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.path("gpushared.log")).unwrap_or_default()
-    }
-
-    fn mps_file(&self, name: &str) -> String {
-        std::fs::read_to_string(self.path("mps-pipe").join(name)).unwrap_or_default()
-    }
-
-    fn mode(&self, device: u32) -> i32 {
-        let prefix = format!("mode {device} ");
-        std::fs::read_to_string(self.path("fake_nvml.state"))
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix).map(|m| m.trim().parse().unwrap()))
-            .unwrap_or(0)
-    }
-
-    fn write_nvml_state(&self, text: &str) {
-        let tmp = self.path("state.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(tmp, self.path("fake_nvml.state")).unwrap();
-    }
-
-    fn wait_for(&self, what: &str, f: impl FnMut() -> bool) {
-        self.wait_within(Duration::from_secs(5), what, f)
-    }
-
-    fn wait_within(&self, within: Duration, what: &str, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + within;
-        while !f() {
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {within:?}; daemon log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Runs the CLI against this daemon's bus.
-    fn cli(&self, bus: &str, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_gpushare"))
-            .args(args)
-            .env("GPUSHARE_BUS", bus)
-            .output()
-            .unwrap()
-    }
-
-    fn control_pid(&self) -> Option<i32> {
-        self.mps_file("fake-control.pid").trim().parse().ok()
-    }
-
-    /// SIGTERM, and the exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        signal(child.id() as i32, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "gpushared did not stop:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+        .log_level("info")
+        .stop_within(Duration::from_secs(10))
 }
 
 fn signal(pid: i32, sig: nix::sys::signal::Signal) {
@@ -224,7 +71,7 @@ fn attach(socket: &Path, client: &str) -> (UnixStream, Reply) {
 
 #[test]
 fn gpushared_sets_and_restores_the_compute_mode_and_runs_mps() {
-    let mut d = Daemon::start("count 1\nmode 0 0\n", "");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\nmode 0 0\n")).start();
     d.wait_for("MPS control daemon", || d.control_pid().is_some_and(alive));
     let control = d.control_pid().unwrap();
     assert_eq!(d.mode(0), 3, "Exclusive_Process while running");
@@ -238,7 +85,7 @@ fn gpushared_sets_and_restores_the_compute_mode_and_runs_mps() {
     );
 
     // Clients are told where MPS listens, with their thread percentage.
-    let (_stream, welcome) = attach(&d.socket(), "train");
+    let (_stream, welcome) = attach(&d.socket, "train");
     match welcome {
         Reply::Welcome {
             mps_pipe_dir,
@@ -260,7 +107,7 @@ fn gpushared_sets_and_restores_the_compute_mode_and_runs_mps() {
 
 #[test]
 fn gpushared_restarts_a_killed_mps_control_daemon() {
-    let mut d = Daemon::start("count 1\n", "");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n")).start();
     d.wait_for("MPS control daemon", || d.control_pid().is_some_and(alive));
     let first = d.control_pid().unwrap();
     signal(first, nix::sys::signal::Signal::SIGKILL);
@@ -275,8 +122,10 @@ fn gpushared_restarts_a_killed_mps_control_daemon() {
 
 #[test]
 fn gpushared_warns_about_an_unattached_process_but_not_an_attached_one() {
-    let mut d = Daemon::start("count 1\n", "unattached = \"warn\"");
-    let (_stream, welcome) = attach(&d.socket(), "train");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n"))
+        .table("gpu", "unattached = \"warn\"")
+        .start();
+    let (_stream, welcome) = attach(&d.socket, "train");
     assert!(matches!(welcome, Reply::Welcome { .. }), "{welcome:?}");
     let me = std::process::id();
     d.write_nvml_state(&format!(
@@ -298,7 +147,9 @@ fn gpushared_warns_about_an_unattached_process_but_not_an_attached_one() {
 #[test]
 fn gpushared_kills_an_unattached_process_but_not_mps() {
     let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
-    let mut d = Daemon::start("count 1\n", "unattached = \"kill\"");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n"))
+        .table("gpu", "unattached = \"kill\"")
+        .start();
     d.wait_for("MPS control daemon", || d.control_pid().is_some_and(alive));
     let control = d.control_pid().unwrap();
     d.write_nvml_state(&format!(
@@ -431,9 +282,11 @@ fn violation_line(p: &Attached) -> String {
 
 #[test]
 fn an_attached_process_over_its_reservation_and_allowance_is_reported_once() {
-    let mut d = Daemon::start("count 1\n", "violations = \"warn\"");
-    let mut over = Attached::new(&d.socket(), "train");
-    let mut within = Attached::new(&d.socket(), "train");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n"))
+        .table("gpu", "violations = \"warn\"")
+        .start();
+    let mut over = Attached::new(&d.socket, "train");
+    let mut within = Attached::new(&d.socket, "train");
     over.reserve(GIB);
     within.reserve(GIB);
     // The default allowance is 1 GiB a context: 2 GiB is within, 2.5 GiB is not.
@@ -469,12 +322,14 @@ fn an_attached_process_over_its_reservation_and_allowance_is_reported_once() {
 
 #[test]
 fn violations_kill_kills_an_attached_process_over_its_reservation() {
-    let mut d = Daemon::start(
-        "count 1\n",
-        "violations = \"kill\"\ncontext_allowance = \"256MiB\"",
-    );
-    let mut victim = Attached::new(&d.socket(), "train");
-    let mut fine = Attached::new(&d.socket(), "train");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n"))
+        .table(
+            "gpu",
+            "violations = \"kill\"\ncontext_allowance = \"256MiB\"",
+        )
+        .start();
+    let mut victim = Attached::new(&d.socket, "train");
+    let mut fine = Attached::new(&d.socket, "train");
     victim.reserve(GIB);
     fine.reserve(GIB);
     d.write_nvml_state(&format!(
@@ -502,17 +357,12 @@ fn violations_kill_kills_an_attached_process_over_its_reservation() {
 #[test]
 fn activity_without_a_lease_is_reported_and_a_lease_holders_is_not() {
     // Without MPS, where activity is checked; leases of a minute, so the holder keeps its lease.
-    let mut d = Daemon::start_with(
-        "count 1\n",
-        Setup {
-            daemon: "quantum = \"60s\"",
-            no_mps: true,
-            ..Setup::default()
-        },
-    );
-    let mut released = Attached::new(&d.socket(), "train");
-    let mut holder = Attached::new(&d.socket(), "train");
-    let idle = Attached::new(&d.socket(), "train");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n").without_mps())
+        .table("daemon", "quantum = \"60s\"")
+        .start();
+    let mut released = Attached::new(&d.socket, "train");
+    let mut holder = Attached::new(&d.socket, "train");
+    let idle = Attached::new(&d.socket, "train");
     released.lease();
     released.send(&Request::Release {
         device: GPU0,
@@ -561,16 +411,9 @@ fn activity_without_a_lease_is_reported_and_a_lease_holders_is_not() {
 
 #[test]
 fn an_older_driver_leaves_activity_unchecked_and_memory_checked() {
-    let mut d = Daemon::start_with(
-        "count 1\n",
-        Setup {
-            no_mps: true,
-            old_driver: true,
-            ..Setup::default()
-        },
-    );
-    let busy = Attached::new(&d.socket(), "train");
-    let big = Attached::new(&d.socket(), "train");
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n").without_mps().old_driver()).start();
+    let busy = Attached::new(&d.socket, "train");
+    let big = Attached::new(&d.socket, "train");
     d.write_nvml_state(&format!(
         "count 1\nproc 0 {busy} {MIB}\nutil 0 {busy} 90\nproc 0 {big} {}\n",
         3 * GIB,
@@ -647,18 +490,12 @@ fn subscribe(
 #[test]
 fn a_violation_is_signalled_on_dbus_and_shown_by_gpushare_status() {
     let bus = common::TestBus::start();
-    let mut d = Daemon::start_with(
-        "count 1\n",
-        Setup {
-            bus: Some(&bus.address),
-            ..Setup::default()
-        },
-    );
+    let mut d = on_fake_gpu(FakeGpu::new("count 1\n")).bus(&bus).start();
     d.wait_within(PATIENCE, "the daemon on the bus", || {
-        d.cli(&bus.address, &["clients"]).status.success()
+        d.cli_over_bus(&["clients"]).status.success()
     });
     let signals = subscribe(&bus.address, "ProcessViolation");
-    let mut p = Attached::new(&d.socket(), "train");
+    let mut p = Attached::new(&d.socket, "train");
     p.reserve(GIB);
     d.write_nvml_state(&format!(
         "count 1\nmode 0 3\nproc 0 {} {}\n",
@@ -684,7 +521,7 @@ fn a_violation_is_signalled_on_dbus_and_shown_by_gpushare_status() {
         )
     );
 
-    let out = d.cli(&bus.address, &["status"]);
+    let out = d.cli_over_bus(&["status"]);
     assert!(
         out.status.success(),
         "{}",
@@ -698,7 +535,7 @@ fn a_violation_is_signalled_on_dbus_and_shown_by_gpushare_status() {
     for word in ["train", "memory", "3GiB", "warned"] {
         assert!(row.contains(word), "{word:?} missing from {row:?}");
     }
-    let out = d.cli(&bus.address, &["--json", "status"]);
+    let out = d.cli_over_bus(&["--json", "status"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let flagged = v["flagged"].as_array().expect("flagged in status --json");
     assert_eq!(flagged.len(), 1, "{v}");
@@ -711,7 +548,7 @@ fn a_violation_is_signalled_on_dbus_and_shown_by_gpushare_status() {
     // Once the process leaves the GPU, it is no longer listed.
     d.write_nvml_state("count 1\nmode 0 3\n");
     d.wait_within(PATIENCE, "the flagged list to empty", || {
-        let out = d.cli(&bus.address, &["--json", "status"]);
+        let out = d.cli_over_bus(&["--json", "status"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         v["flagged"].as_array().is_some_and(|a| a.is_empty())
     });

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::FAKE_MPS_CONTROL as FAKE_CONTROL;
+
 use gpushare::config::{GpuConfig, UnattachedPolicy};
 use gpushare::gpu::{AttachedProcess, GpuEvent, GpuManager, GpuOptions, MpsTiming};
 use std::collections::HashSet;
@@ -13,8 +15,6 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-const FAKE_CONTROL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/fake-mps-control");
 
 /// One test's world: its own copy of the fake NVML (own globals, own state file next to it),
 /// MPS directories, and the events the manager sends.

@@ -11,12 +11,15 @@
 //! (`GPUSHARE_HOOK_LIB=path/to/libgpushare.so` uses a prebuilt one instead). The tests run one
 //! at a time. Skipped (with a message) only when gcc is missing.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-const GPUSHARED: &str = env!("CARGO_BIN_EXE_gpushared");
+use common::{Daemon, DaemonBuilder};
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const TMP: &str = env!("CARGO_TARGET_TMPDIR");
 const GIB: u64 = 1 << 30;
@@ -156,121 +159,23 @@ fn hook(profile: &str) -> PathBuf {
     .clone()
 }
 
-/// A real gpushared on a private socket, killed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
+/// gpushared as these tests run it: no NVML, quanta of 20 ms, unlimited memory by default, its
+/// log at `warn`. `clients` is TOML appended to the config (use `{uid}` for the current uid).
+/// With the scheduler's defaults: leases overlap while the GPU has room.
+fn overlapping_daemon(clients: &str) -> DaemonBuilder {
+    let uid = nix::unistd::getuid().as_raw();
+    Daemon::builder()
+        .table("daemon", "quantum = \"20ms\"\nclient_timeout = \"2s\"")
+        .table("gpu", "nvml = false\nset_compute_mode = false")
+        .table("defaults", "memory = \"unlimited\"")
+        .config(&clients.replace("{uid}", &uid.to_string()))
+        .log_level("warn")
 }
 
-impl Daemon {
-    /// `clients` is TOML appended to the config (use `{uid}` for the current uid).
-    fn start(clients: &str) -> Daemon {
-        Daemon::start_with("", clients)
-    }
-
-    /// Like [`Daemon::start`], with `gpu` added to the config's `[gpu]` table. One lease at a
-    /// time (`concurrent_leases = 1`): these tests follow the token from process to process.
-    fn start_with(gpu: &str, clients: &str) -> Daemon {
-        Daemon::start_full("concurrent_leases = 1", gpu, clients)
-    }
-
-    /// With the scheduler's defaults: leases overlap while the GPU has room.
-    fn start_default(daemon: &str, clients: &str) -> Daemon {
-        Daemon::start_full(daemon, "", clients)
-    }
-
-    fn start_full(daemon: &str, gpu: &str, clients: &str) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let uid = unsafe { libc_getuid() };
-        let config = dir.path().join("gpushare.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"[daemon]
-quantum = "20ms"
-client_timeout = "2s"
-{daemon}
-[gpu]
-nvml = false
-set_compute_mode = false
-{gpu}
-[defaults]
-memory = "unlimited"
-{}
-"#,
-                clients.replace("{uid}", &uid.to_string())
-            ),
-        )
-        .unwrap();
-        let sockets = dir.path().join("run");
-        let socket = sockets.join("gpushare.sock");
-        let child = Command::new(GPUSHARED)
-            .arg("--config")
-            .arg(&config)
-            .arg("--socket-dir")
-            .arg(&sockets)
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .args(["--bus", "none", "--log", "warn"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start gpushared");
-        let mut d = Daemon {
-            child,
-            socket,
-            _dir: dir,
-        };
-        d.wait_listening();
-        d
-    }
-}
-
-impl Daemon {
-    /// Starts the daemon again (after its process ended) with the same config and socket.
-    fn restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let dir = self._dir.path();
-        self.child = Command::new(GPUSHARED)
-            .arg("--config")
-            .arg(dir.join("gpushare.toml"))
-            .arg("--socket-dir")
-            .arg(dir.join("run"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .args(["--bus", "none", "--log", "warn"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start gpushared");
-        self.wait_listening();
-    }
-
-    fn wait_listening(&mut self) {
-        let start = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("gpushared exited: {status}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "gpushared did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-extern "C" {
-    #[link_name = "getuid"]
-    fn libc_getuid() -> u32;
+/// Like [`overlapping_daemon`], one lease at a time (`concurrent_leases = 1`): these tests
+/// follow the token from process to process.
+fn one_lease_daemon(clients: &str) -> DaemonBuilder {
+    overlapping_daemon(clients).table("daemon", "concurrent_leases = 1")
 }
 
 /// One client process under the hook.
@@ -524,7 +429,7 @@ fn overlap_ns(k: &[(u32, u64, u64, String)]) -> u64 {
 /// the end of a lease is still running when the daemon grants the next one (the daemon takes
 /// the token back at the lease end, see the scheduler).
 fn alternate(via: Via, op: &str, expect_fn: &str, clock: &str) {
-    let d = Daemon::start("");
+    let d = one_lease_daemon("").start();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
     let run = Run::new(via)
@@ -650,7 +555,7 @@ fn the_memory_cap_holds_to_the_byte() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
+    let d = one_lease_daemon("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n").start();
     let half = (GIB / 2).to_string();
     for via in ALL {
         let out = Run::new(via).daemon(&d).client("capped").ok(&[
@@ -704,7 +609,7 @@ fn every_allocation_path_counts_against_the_cap() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    let d = one_lease_daemon("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n").start();
     let mib = MIB.to_string();
     for via in ALL {
         let out = Run::new(via)
@@ -769,7 +674,7 @@ fn a_fork_child_attaches_on_its_own() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
+    let d = one_lease_daemon("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n").start();
     let out = Run::new(Via::Dlsym).daemon(&d).client("capped").ok(&[
         &format!("alloc:{}", 600 * MIB),
         &format!("fork:alloc:{}", 500 * MIB),
@@ -1038,7 +943,7 @@ fn arrays_count_and_nvml_reports_the_cap() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+    let d = one_lease_daemon("[clients.small]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n").start();
     let before = Run::new(Via::Dlsym)
         .daemon(&d)
         .client("small")
@@ -1087,7 +992,7 @@ fn a_full_device_trims_the_pool_and_failed_allocations_are_unreserved() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("[clients.small]\nmemory = 3000\nusers = [\"{uid}\"]\n");
+    let d = one_lease_daemon("[clients.small]\nmemory = 3000\nusers = [\"{uid}\"]\n").start();
     for via in ALL {
         let out = Run::new(via)
             .daemon(&d)
@@ -1197,7 +1102,7 @@ fn a_refused_attach_fails_cu_init() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("");
+    let d = one_lease_daemon("").start();
     let out = Run::new(Via::Link)
         .daemon(&d)
         .client("no-such-client")
@@ -1300,7 +1205,8 @@ fn a_lost_daemon_leaves_processes_running() {
         return;
     };
     for reattach in ["600", "0"] {
-        let mut d = Daemon::start("[clients.capped]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n");
+        let mut d =
+            one_lease_daemon("[clients.capped]\nmemory = \"1MiB\"\nusers = [\"{uid}\"]\n").start();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("kernels.log");
         let child = Run::new(Via::ProcAddress)
@@ -1370,9 +1276,10 @@ fn processes_re_attach_to_a_restarted_daemon_with_their_memory() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let mut d = Daemon::start(
+    let mut d = one_lease_daemon(
         "[clients.a]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n[clients.b]\nusers = [\"{uid}\"]\n",
-    );
+    )
+    .start();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
     let quarter = (256 * MIB).to_string();
@@ -1484,9 +1391,7 @@ fn requests_set_the_share_of_gpu_time() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start(
-        "[clients.big]\nrequest = 0.8\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.2\nusers = [\"{uid}\"]\n",
-    );
+    let d = one_lease_daemon("[clients.big]\nrequest = 0.8\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.2\nusers = [\"{uid}\"]\n").start();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
     let spawn = |client: &str| {
@@ -1531,8 +1436,7 @@ fn oversubscribed_memory_moves_out_and_back_at_hand_overs() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start_with(
-        r#"managed_memory = "2GiB""#,
+    let d = one_lease_daemon(
         r#"[clients.big]
 memory = "3GiB"
 oversubscribe = true
@@ -1541,7 +1445,9 @@ users = ["{uid}"]
 [clients.other]
 users = ["{uid}"]
 "#,
-    );
+    )
+    .table("gpu", r#"managed_memory = "2GiB""#)
+    .start();
     let gib = (1u64 << 30).to_string();
     let run = |client: &'static str| {
         Run::new(Via::ProcAddress)
@@ -1647,14 +1553,15 @@ fn python_start_up_chains_and_cache_release_follows_the_token() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "theirs\nmain False\n");
 
-    let d = Daemon::start(
+    let d = one_lease_daemon(
         r#"[clients.rel]
 release_cache = true
 users = ["{uid}"]
 [clients.keep]
 users = ["{uid}"]
 "#,
-    );
+    )
+    .start();
     // Drives the fake driver through ctypes (dlsym, as the hook sees it) and asks the hook.
     let script = r#"
 import ctypes, sys, time
@@ -1760,10 +1667,7 @@ fn long_kernels_keep_their_shares_with_and_without_synchronization() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start_default(
-        "",
-        "[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n",
-    );
+    let d = overlapping_daemon("[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n").start();
     for sync in [4, 0] {
         measured(&format!("sync every {sync}"), || {
             let dir = tempfile::tempdir().unwrap();
@@ -1809,7 +1713,7 @@ fn launch_bound_processes_hold_leases_together() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start_default("", "");
+    let d = overlapping_daemon("").start();
     let dir = tempfile::tempdir().unwrap();
     let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
     let op = "run:1500:50000:1:2000";
@@ -1845,10 +1749,7 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start_default(
-        "",
-        "[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n[clients.plain]\nusers = [\"{uid}\"]\n",
-    );
+    let d = overlapping_daemon("[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n[clients.plain]\nusers = [\"{uid}\"]\n").start();
     let p99 = |out: &str| -> u64 {
         line(out, "run ")
             .rsplit("p99=")
@@ -1915,10 +1816,7 @@ fn processes_on_different_gpus_do_not_wait_for_each_other() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start_default(
-        "",
-        "[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n",
-    );
+    let d = overlapping_daemon("[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n").start();
     measured("two GPUs", || {
         let dir = tempfile::tempdir().unwrap();
         let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
@@ -1964,7 +1862,7 @@ fn the_memory_cap_holds_on_each_gpu() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n");
+    let d = one_lease_daemon("[clients.capped]\nmemory = \"1GiB\"\nusers = [\"{uid}\"]\n").start();
     let half = (GIB / 2).to_string();
     let out = Run::new(Via::Link)
         .daemon(&d)
@@ -2020,7 +1918,7 @@ fn a_process_on_two_gpus_takes_their_tokens_in_turn() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = Daemon::start("[clients.both]\nusers = [\"{uid}\"]\n");
+    let d = one_lease_daemon("[clients.both]\nusers = [\"{uid}\"]\n").start();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kernels.log");
     let started = std::time::Instant::now();
