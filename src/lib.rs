@@ -6,6 +6,8 @@
 pub mod protocol;
 
 #[cfg(feature = "daemon")]
+pub mod api;
+#[cfg(feature = "daemon")]
 pub mod bus;
 #[cfg(feature = "daemon")]
 pub mod cli;

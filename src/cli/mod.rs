@@ -7,12 +7,11 @@ mod run;
 mod source;
 mod top;
 
+use crate::api;
 use crate::bus::BusChoice;
 use crate::units::parse_bytes;
 use clap::{Parser, Subcommand};
-use std::collections::HashMap;
 use std::path::PathBuf;
-use zbus::zvariant::OwnedValue;
 
 /// Share NVIDIA GPUs fairly between processes and users.
 ///
@@ -149,14 +148,10 @@ pub trait Manager {
     fn set_share(&self, name: &str, request: f64, limit: f64) -> zbus::Result<()>;
     fn set_memory_cap(&self, name: &str, bytes: u64) -> zbus::Result<()>;
     fn set_interactive(&self, name: &str, interactive: bool) -> zbus::Result<()>;
-    fn list_clients(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
-    fn list_devices(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
-    fn list_flagged_processes(&self) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
-    fn get_usage(
-        &self,
-        since_seconds: u64,
-        by: &str,
-    ) -> zbus::Result<Vec<HashMap<String, OwnedValue>>>;
+    fn list_clients(&self) -> zbus::Result<Vec<api::Client>>;
+    fn list_devices(&self) -> zbus::Result<Vec<api::Device>>;
+    fn list_flagged_processes(&self) -> zbus::Result<Vec<api::FlaggedProcess>>;
+    fn get_usage(&self, since_seconds: u64, by: &str) -> zbus::Result<Vec<api::UsageRow>>;
     fn reload(&self) -> zbus::Result<()>;
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;
@@ -256,13 +251,11 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Status => {
             let (_, doc) = source::Source::open(&cli.bus, &cli.socket).await?;
-            output::status(cli.json, &doc);
-            return Ok(());
+            return output::status(cli.json, &doc);
         }
         Command::Clients => {
             let clients = source::Source::clients(&cli.bus, &cli.socket).await?;
-            output::clients(cli.json, &clients);
-            return Ok(());
+            return output::clients(cli.json, &clients);
         }
         Command::Top => return top::run(&cli.bus, &cli.socket).await,
         _ => {}
@@ -315,13 +308,8 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Unregister { name } => m.unregister_client(&name).await?,
         Command::Usage { since, by } => {
             let seconds = since.as_deref().map(since_arg).transpose()?.unwrap_or(0);
-            let rows: Vec<serde_json::Value> = m
-                .get_usage(seconds, &by)
-                .await?
-                .iter()
-                .map(crate::bus::dict_json)
-                .collect();
-            output::usage(cli.json, &by, &rows);
+            let rows = m.get_usage(seconds, &by).await?;
+            output::usage(cli.json, &by, &rows)?;
         }
         Command::Reload => m.reload().await?,
         Command::Run { .. }

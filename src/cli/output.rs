@@ -1,62 +1,65 @@
 //! Tables for people and JSON for programs, from the status document (see [`super::source`]).
 
+use super::Failure;
+use crate::api::{Client, ClientDevice, Device, FlaggedProcess, Status, UsageRow};
 use crate::units::format_bytes;
-use serde_json::Value;
+use serde::Serialize;
 
-/// A field as text: strings as themselves, nothing as "", anything else as JSON.
-pub(super) fn text(d: &Value, key: &str) -> String {
-    match &d[key] {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-pub(super) fn num(d: &Value, key: &str) -> f64 {
-    d[key].as_f64().unwrap_or(0.0)
+/// `value` as JSON on one line, the keys of each object sorted.
+fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<(), Failure> {
+    // Through a `serde_json::Value`, whose objects keep their keys sorted.
+    let json = serde_json::to_value(value).map_err(|e| Failure {
+        message: format!("cannot write JSON: {e}"),
+        code: 1,
+    })?;
+    println!("{json}");
+    Ok(())
 }
 
 /// A byte count, or "unlimited" for 0 (how the API writes "no cap").
-pub(super) fn cap_cell(d: &Value, key: &str) -> String {
-    match d[key].as_u64() {
-        Some(0) | None => "unlimited".into(),
-        Some(b) => format_bytes(Some(b)),
-    }
+pub(super) fn cap_cell(bytes: u64) -> String {
+    format_bytes((bytes > 0).then_some(bytes))
 }
 
-pub(super) fn bytes_cell(d: &Value, key: &str) -> String {
-    format_bytes(d[key].as_u64())
+pub(super) fn bytes_cell(bytes: u64) -> String {
+    format_bytes(Some(bytes))
 }
 
-pub(super) fn list(d: &Value, key: &str) -> Vec<String> {
-    d[key]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|v| match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// Numbers as a comma-separated list.
+pub(super) fn joined(items: &[u32]) -> String {
+    items
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// What a client does now: running (holds the token), waiting, idle (attached) or "-".
-pub(super) fn client_state(c: &Value) -> &'static str {
-    if c["holding"].as_bool().unwrap_or(false) {
+pub(super) fn client_state(c: &Client) -> &'static str {
+    if c.holding {
         "running"
-    } else if c["waiting"].as_u64().unwrap_or(0) > 0 {
+    } else if c.waiting > 0 {
         "waiting"
-    } else if list(c, "pids").is_empty() {
+    } else if c.pids.is_empty() {
         "-"
     } else {
         "idle"
     }
 }
 
-pub(super) fn class(c: &Value) -> &'static str {
-    if c["interactive"].as_bool().unwrap_or(false) {
+/// What a client does on one GPU: running, waiting or idle.
+fn device_state(d: &ClientDevice) -> &'static str {
+    if d.holding {
+        "running"
+    } else if d.waiting > 0 {
+        "waiting"
+    } else {
+        "idle"
+    }
+}
+
+pub(super) fn class(c: &Client) -> &'static str {
+    if c.interactive {
         "interactive"
     } else {
         "batch"
@@ -84,29 +87,28 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-fn client_rows(clients: &[Value]) -> Vec<Vec<String>> {
+fn client_rows(clients: &[Client]) -> Vec<Vec<String>> {
     clients
         .iter()
         .map(|c| {
             vec![
-                text(c, "name"),
-                text(c, "origin"),
+                c.name.clone(),
+                c.origin.clone(),
                 class(c).into(),
-                format!("{:.2}", num(c, "request")),
-                format!("{:.2}", num(c, "limit")),
-                format!("{:.1}%", 100.0 * num(c, "share_used")),
-                format!("{}/{}", bytes_cell(c, "memory_used"), cap_cell(c, "memory")),
+                format!("{:.2}", c.request),
+                format!("{:.2}", c.limit),
+                format!("{:.1}%", 100.0 * c.share_used),
+                format!("{}/{}", bytes_cell(c.memory_used), cap_cell(c.memory)),
                 client_state(c).into(),
-                list(c, "pids").join(","),
+                joined(&c.pids),
             ]
         })
         .collect()
 }
 
-pub fn clients(as_json: bool, clients: &[Value]) {
+pub fn clients(as_json: bool, clients: &[Client]) -> Result<(), Failure> {
     if as_json {
-        println!("{}", Value::Array(clients.to_vec()));
-        return;
+        return print_json(clients);
     }
     table(
         &[
@@ -114,34 +116,27 @@ pub fn clients(as_json: bool, clients: &[Value]) {
         ],
         client_rows(clients),
     );
+    Ok(())
 }
 
-/// One row per client and GPU it uses or used: the GPU by its index where the document's
-/// devices list its UUID, else by the UUID; memory against the cap, which applies on each GPU.
-fn device_rows(doc: &Value, clients: &[Value]) -> Vec<Vec<String>> {
-    let devices = doc["devices"].as_array().cloned().unwrap_or_default();
+/// One row per client and GPU it uses or used: the GPU by its index where `devices` lists its
+/// UUID, else by the UUID; memory against the cap, which applies on each GPU.
+fn device_rows(devices: &[Device], clients: &[Client]) -> Vec<Vec<String>> {
     let gpu = |uuid: &str| {
         devices
             .iter()
-            .find(|d| text(d, "uuid").eq_ignore_ascii_case(uuid))
-            .map_or_else(|| uuid.to_string(), |d| text(d, "index"))
+            .find(|d| d.uuid.eq_ignore_ascii_case(uuid))
+            .map_or_else(|| uuid.to_string(), |d| d.index.to_string())
     };
     let mut rows = Vec::new();
     for c in clients {
-        for d in c["devices"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-            let state = if d["holding"].as_bool().unwrap_or(false) {
-                "running"
-            } else if d["waiting"].as_u64().unwrap_or(0) > 0 {
-                "waiting"
-            } else {
-                "idle"
-            };
+        for d in &c.devices {
             rows.push(vec![
-                text(c, "name"),
-                gpu(&text(d, "device")),
-                format!("{:.1}%", 100.0 * num(d, "share_used")),
-                format!("{}/{}", bytes_cell(d, "memory_used"), cap_cell(c, "memory")),
-                state.into(),
+                c.name.clone(),
+                gpu(&d.device),
+                format!("{:.1}%", 100.0 * d.share_used),
+                format!("{}/{}", bytes_cell(d.memory_used), cap_cell(c.memory)),
+                device_state(d).into(),
             ]);
         }
     }
@@ -149,54 +144,51 @@ fn device_rows(doc: &Value, clients: &[Value]) -> Vec<Vec<String>> {
 }
 
 /// The figures of a flagged process, short: "3GiB > 2GiB", "90% SM without a lease".
-fn flagged_figures(f: &Value) -> String {
-    let measured = f["measured"].as_u64().unwrap_or(0);
-    match text(f, "kind").as_str() {
+fn flagged_figures(f: &FlaggedProcess) -> String {
+    match f.kind.as_str() {
         "memory" => format!(
             "{} > {}",
-            format_bytes(Some(measured)),
-            format_bytes(f["allowed"].as_u64())
+            format_bytes(Some(f.measured)),
+            format_bytes(Some(f.allowed))
         ),
-        "activity" => format!("{measured}% SM without a lease"),
+        "activity" => format!("{}% SM without a lease", f.measured),
         _ => "not attached through the hook".into(),
     }
 }
 
-fn flagged_rows(flagged: &[Value]) -> Vec<Vec<String>> {
+fn flagged_rows(flagged: &[FlaggedProcess]) -> Vec<Vec<String>> {
     flagged
         .iter()
         .map(|f| {
-            let uid = match f["uid"].as_u64() {
-                Some(u) if u == u32::MAX as u64 => "-".into(),
-                None => "-".into(),
-                Some(uid) => uid.to_string(),
+            let uid = match f.uid {
+                FlaggedProcess::UNKNOWN_UID => "-".into(),
+                uid => uid.to_string(),
             };
-            let client = match text(f, "client") {
-                c if c.is_empty() => "-".into(),
-                c => c,
+            let client = match f.client.as_str() {
+                "" => "-".into(),
+                c => c.to_string(),
             };
             vec![
-                text(f, "pid"),
+                f.pid.to_string(),
                 uid,
                 client,
-                text(f, "device"),
-                text(f, "kind"),
+                f.device.to_string(),
+                f.kind.clone(),
                 flagged_figures(f),
-                text(f, "action"),
+                f.action.clone(),
             ]
         })
         .collect()
 }
 
 /// Usage rows grouped `by` user, client or day.
-pub fn usage(as_json: bool, by: &str, rows: &[Value]) {
+pub fn usage(as_json: bool, by: &str, rows: &[UsageRow]) -> Result<(), Failure> {
     if as_json {
-        println!("{}", Value::Array(rows.to_vec()));
-        return;
+        return print_json(rows);
     }
     if rows.is_empty() {
         println!("no usage recorded in that time");
-        return;
+        return Ok(());
     }
     let duration = |ns: u64| {
         let secs = std::time::Duration::from_secs((ns + 500_000_000) / 1_000_000_000);
@@ -206,14 +198,14 @@ pub fn usage(as_json: bool, by: &str, rows: &[Value]) {
         .iter()
         .map(|r| {
             vec![
-                text(r, by),
-                duration(r["gpu_ns"].as_u64().unwrap_or(0)),
+                r.group(by).unwrap_or_default().to_string(),
+                duration(r.gpu_ns),
                 format!(
                     "{:.2}",
-                    num(r, "memory_byte_seconds") / (1u64 << 30) as f64 / 3600.0
+                    r.memory_byte_seconds / (1u64 << 30) as f64 / 3600.0
                 ),
-                duration(r["wait_ns"].as_u64().unwrap_or(0)),
-                text(r, "leases"),
+                duration(r.wait_ns),
+                r.leases.to_string(),
             ]
         })
         .collect();
@@ -227,67 +219,61 @@ pub fn usage(as_json: bool, by: &str, rows: &[Value]) {
         ],
         table_rows,
     );
+    Ok(())
 }
 
 /// `status`: the document as it is (`--json`), or the daemon, a table of devices and one of
 /// clients.
-pub fn status(as_json: bool, doc: &Value) {
+pub fn status(as_json: bool, doc: &Status) -> Result<(), Failure> {
     if as_json {
-        println!("{doc}");
-        return;
+        return print_json(doc);
     }
-    println!(
-        "gpushared {}, config {}",
-        text(doc, "version"),
-        text(doc, "config_path")
-    );
-    let config_error = text(doc, "config_error");
-    if !config_error.is_empty() {
-        println!("config error (running the previous config): {config_error}");
+    println!("gpushared {}, config {}", doc.version, doc.config_path);
+    if !doc.config_error.is_empty() {
+        println!(
+            "config error (running the previous config): {}",
+            doc.config_error
+        );
     }
-    println!(
-        "{} processes attached",
-        doc["attached_processes"].as_u64().unwrap_or(0)
-    );
+    println!("{} processes attached", doc.attached_processes);
     println!();
-    let devices = doc["devices"].as_array().cloned().unwrap_or_default();
-    if devices.is_empty() {
+    if doc.devices.is_empty() {
         println!("no devices managed (NVML off or not available)");
     } else {
-        let rows = devices
+        let rows = doc
+            .devices
             .iter()
             .map(|d| {
                 vec![
-                    text(d, "index"),
-                    text(d, "name"),
-                    text(d, "compute_mode"),
-                    text(d, "mps"),
+                    d.index.to_string(),
+                    d.name.clone(),
+                    d.compute_mode.clone(),
+                    d.mps.clone(),
                     format!(
                         "{}/{}",
-                        bytes_cell(d, "memory_used"),
-                        bytes_cell(d, "memory_total")
+                        bytes_cell(d.memory_used),
+                        bytes_cell(d.memory_total)
                     ),
                 ]
             })
             .collect();
         table(&["GPU", "NAME", "COMPUTE MODE", "MPS", "MEMORY"], rows);
     }
-    let flagged = doc["flagged"].as_array().cloned().unwrap_or_default();
-    if !flagged.is_empty() {
+    if !doc.flagged.is_empty() {
         println!();
         println!("GPU processes flagged by the scan:");
         table(
             &["PID", "UID", "CLIENT", "GPU", "KIND", "SEEN", "ACTION"],
-            flagged_rows(&flagged),
+            flagged_rows(&doc.flagged),
         );
     }
     println!();
-    let all = doc["clients"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    clients(false, all);
-    let per_gpu = device_rows(doc, all);
+    clients(false, &doc.clients)?;
+    let per_gpu = device_rows(&doc.devices, &doc.clients);
     if !per_gpu.is_empty() {
         println!();
         println!("Per GPU (each has its own token; the memory cap applies on each):");
         table(&["CLIENT", "GPU", "USED", "MEMORY", "STATE"], per_gpu);
     }
+    Ok(())
 }

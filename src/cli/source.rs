@@ -1,15 +1,15 @@
 //! Where `status`, `clients` and `top` read the daemon: its D-Bus API, or, when no bus serves
 //! it (a daemon started with `--bus none`, a machine without a system bus), the status request
-//! on its socket. Both give the same document:
+//! on its socket. Both give the same document, an [`api::Status`]: the manager's properties, and
+//! the devices, flagged processes and clients as ListDevices, ListFlaggedProcesses and
+//! ListClients report them.
 //!
-//! `{"version", "config_path", "config_error", "attached_processes", "devices": [...],
-//! "flagged": [...], "clients": [...]}`, as ListDevices, ListFlaggedProcesses and ListClients
-//! report them.
+//! [`api::Status`]: crate::api::Status
 
 use super::{Failure, ManagerProxy};
-use crate::bus::{dict_json, BusChoice};
+use crate::api::{Client, Status};
+use crate::bus::BusChoice;
 use crate::protocol::{frame_len, Reply, Request, StatusReader};
-use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ impl Source {
     /// Reads the status document through D-Bus (`bus`) or, when that fails, through the socket;
     /// returns the way that answered with the document. Failing both, the error names each way
     /// and why it failed.
-    pub async fn open(bus: &BusChoice, socket: &Path) -> Result<(Source, Value), Failure> {
+    pub async fn open(bus: &BusChoice, socket: &Path) -> Result<(Source, Status), Failure> {
         let bus_error = if *bus == BusChoice::None {
             None
         } else {
@@ -54,7 +54,7 @@ impl Source {
     }
 
     /// Reads the status document again the same way.
-    pub async fn status(&self) -> Result<Value, String> {
+    pub async fn status(&self) -> Result<Status, String> {
         match self {
             Source::Bus(proxy) => proxy_status(proxy).await.map_err(|e| e.to_string()),
             Source::Socket(path) => socket_status(path),
@@ -62,16 +62,16 @@ impl Source {
     }
 
     /// The clients alone (over D-Bus, without asking for the devices).
-    pub async fn clients(bus: &BusChoice, socket: &Path) -> Result<Vec<Value>, Failure> {
+    pub async fn clients(bus: &BusChoice, socket: &Path) -> Result<Vec<Client>, Failure> {
         if *bus != BusChoice::None {
             if let Ok(proxy) = proxy(bus).await {
                 if let Ok(clients) = proxy.list_clients().await {
-                    return Ok(clients.iter().map(dict_json).collect());
+                    return Ok(clients);
                 }
             }
         }
         let (_, doc) = Self::open(bus, socket).await?;
-        Ok(doc["clients"].as_array().cloned().unwrap_or_default())
+        Ok(doc.clients)
     }
 }
 
@@ -80,27 +80,27 @@ async fn proxy(bus: &BusChoice) -> zbus::Result<ManagerProxy<'static>> {
     ManagerProxy::new(&conn).await
 }
 
-async fn bus_status(bus: &BusChoice) -> zbus::Result<(ManagerProxy<'static>, Value)> {
+async fn bus_status(bus: &BusChoice) -> zbus::Result<(ManagerProxy<'static>, Status)> {
     let proxy = proxy(bus).await?;
     let doc = proxy_status(&proxy).await?;
     Ok((proxy, doc))
 }
 
-async fn proxy_status(m: &ManagerProxy<'static>) -> zbus::Result<Value> {
-    Ok(serde_json::json!({
-        "version": m.version().await?,
-        "config_path": m.config_path().await?,
-        "config_error": m.config_error().await?,
-        "attached_processes": m.attached_processes().await?,
-        "devices": m.list_devices().await?.iter().map(dict_json).collect::<Vec<_>>(),
+async fn proxy_status(m: &ManagerProxy<'static>) -> zbus::Result<Status> {
+    Ok(Status {
+        version: m.version().await?,
+        config_path: m.config_path().await?,
+        config_error: m.config_error().await?,
+        attached_processes: m.attached_processes().await?,
+        devices: m.list_devices().await?,
         // A daemon from before ListFlaggedProcesses has none to show.
-        "flagged": m.list_flagged_processes().await.unwrap_or_default().iter().map(dict_json).collect::<Vec<_>>(),
-        "clients": m.list_clients().await?.iter().map(dict_json).collect::<Vec<_>>(),
-    }))
+        flagged: m.list_flagged_processes().await.unwrap_or_default(),
+        clients: m.list_clients().await?,
+    })
 }
 
 /// Asks the daemon's socket for its status document.
-pub fn socket_status(socket: &Path) -> Result<Value, String> {
+pub fn socket_status(socket: &Path) -> Result<Status, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(SOCKET_TIMEOUT))
         .and_then(|()| s.set_write_timeout(Some(SOCKET_TIMEOUT)))

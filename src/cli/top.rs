@@ -2,9 +2,10 @@
 //! by the share of GPU time they had over the last ten seconds. `q`, Esc or Ctrl-C quits. The
 //! terminal is put back as it was on every way out: quitting, an error, a signal or a panic.
 
-use super::output::{bytes_cell, cap_cell, class, client_state, list, num, text};
+use super::output::{bytes_cell, cap_cell, class, client_state, joined};
 use super::source::Source;
 use super::Failure;
+use crate::api::{Client, Device, Status};
 use crate::bus::BusChoice;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{cursor, execute, terminal};
@@ -13,7 +14,6 @@ use ratatui::style::{Modifier, Style, Stylize};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use ratatui::Frame;
-use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -26,7 +26,7 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// What the screen shows: the last document read and, when the last read failed, why (the
 /// error names each way to the daemon that was tried).
 struct View {
-    doc: Value,
+    doc: Status,
     error: Option<String>,
 }
 
@@ -168,32 +168,34 @@ fn duration_cell(ns: u64) -> String {
 }
 
 /// Clients, most share first (then by name).
-fn sorted_clients(doc: &Value) -> Vec<&Value> {
-    let mut clients: Vec<&Value> = doc["clients"]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
+fn sorted_clients(doc: &Status) -> Vec<&Client> {
+    let mut clients: Vec<&Client> = doc.clients.iter().collect();
     clients.sort_by(|a, b| {
-        num(b, "share_used")
-            .total_cmp(&num(a, "share_used"))
-            .then_with(|| text(a, "name").cmp(&text(b, "name")))
+        b.share_used
+            .total_cmp(&a.share_used)
+            .then_with(|| a.name.cmp(&b.name))
     });
     clients
 }
 
 /// Processes on a device that are no client's (they bypass the hook).
-fn unattached(device: &Value, attached: &BTreeSet<String>) -> Vec<String> {
-    list(device, "pids")
-        .into_iter()
+fn unattached(device: &Device, attached: &BTreeSet<u32>) -> Vec<u32> {
+    device
+        .pids
+        .iter()
+        .copied()
         .filter(|p| !attached.contains(p))
         .collect()
 }
 
 fn draw(f: &mut Frame<'_>, view: &View) {
     let doc = &view.doc;
-    let devices = doc["devices"].as_array().cloned().unwrap_or_default();
+    let devices = &doc.devices;
     let clients = sorted_clients(doc);
-    let attached: BTreeSet<String> = clients.iter().flat_map(|c| list(c, "pids")).collect();
+    let attached: BTreeSet<u32> = clients
+        .iter()
+        .flat_map(|c| c.pids.iter().copied())
+        .collect();
     let [head, devices_area, clients_area, foot] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(devices.len() as u16 + 3),
@@ -204,13 +206,10 @@ fn draw(f: &mut Frame<'_>, view: &View) {
 
     let mut title = format!(
         "gpushared {}   {} processes attached   config {}",
-        text(doc, "version"),
-        doc["attached_processes"].as_u64().unwrap_or(0),
-        text(doc, "config_path"),
+        doc.version, doc.attached_processes, doc.config_path,
     );
-    let config_error = text(doc, "config_error");
-    if !config_error.is_empty() {
-        title.push_str(&format!("   config error: {config_error}"));
+    if !doc.config_error.is_empty() {
+        title.push_str(&format!("   config error: {}", doc.config_error));
     }
     f.render_widget(Paragraph::new(title).bold(), head);
 
@@ -229,20 +228,20 @@ fn draw(f: &mut Frame<'_>, view: &View) {
             .map(|d| {
                 let lost = unattached(d, &attached);
                 Row::new(vec![
-                    text(d, "index"),
-                    text(d, "name"),
-                    format!("{}%", d["utilization_gpu"].as_u64().unwrap_or(0)),
+                    d.index.to_string(),
+                    d.name.clone(),
+                    format!("{}%", d.utilization_gpu),
                     format!(
                         "{}/{}",
-                        bytes_cell(d, "memory_used"),
-                        bytes_cell(d, "memory_total")
+                        bytes_cell(d.memory_used),
+                        bytes_cell(d.memory_total)
                     ),
-                    text(d, "mps"),
-                    text(d, "compute_mode"),
+                    d.mps.clone(),
+                    d.compute_mode.clone(),
                     if lost.is_empty() {
                         "-".into()
                     } else {
-                        lost.join(",")
+                        joined(&lost)
                     },
                 ])
             })
@@ -275,24 +274,24 @@ fn draw(f: &mut Frame<'_>, view: &View) {
     let client_rows: Vec<Row> = clients
         .iter()
         .map(|c| {
-            let mut who = list(c, "users");
-            who.extend(list(c, "groups").into_iter().map(|g| format!("@{g}")));
+            let mut who = c.users.clone();
+            who.extend(c.groups.iter().map(|g| format!("@{g}")));
             let state = client_state(c);
             let row = Row::new(vec![
-                text(c, "name"),
+                c.name.clone(),
                 if who.is_empty() {
                     "-".into()
                 } else {
                     who.join(",")
                 },
                 class(c).to_string(),
-                format!("{:.2}", num(c, "request")),
-                format!("{:.2}", num(c, "limit")),
-                format!("{:.1}%", 100.0 * num(c, "share_used")),
-                duration_cell(c["gpu_time_ns"].as_u64().unwrap_or(0)),
-                format!("{}/{}", bytes_cell(c, "memory_used"), cap_cell(c, "memory")),
+                format!("{:.2}", c.request),
+                format!("{:.2}", c.limit),
+                format!("{:.1}%", 100.0 * c.share_used),
+                duration_cell(c.gpu_time_ns),
+                format!("{}/{}", bytes_cell(c.memory_used), cap_cell(c.memory)),
                 state.to_string(),
-                list(c, "pids").join(","),
+                joined(&c.pids),
             ]);
             if state == "running" {
                 row.bold()
@@ -376,6 +375,8 @@ mod tests {
                  "memory_used": 1u64 << 30, "holding": true, "waiting": 0, "pids": [41]},
             ],
         });
+        // as the socket of a daemon that leaves keys out sends it
+        let doc: Status = serde_json::from_value(doc).unwrap();
         let s = screen(&View {
             doc,
             error: Some("the daemon went away".into()),

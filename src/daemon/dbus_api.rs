@@ -6,16 +6,17 @@
 // (zbus generates functions from them that an attribute on the method cannot reach).
 #![allow(clippy::too_many_arguments)]
 
-use super::accounting::{Accounting, By};
+use super::accounting::{Accounting, By, Row};
 use super::identity::Identity;
 use super::state::{ClientDeviceReport, ClientReport, Event, State, StateError};
+use crate::api;
 use crate::config::{Access, ClientSpec, MemoryMode, MpsShare, Share};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, Notify};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
-use zbus::zvariant::{OwnedValue, Value};
+use zbus::zvariant::Value;
 
 pub const BUS_NAME: &str = "org.gpushare1";
 pub const OBJECT_PATH: &str = "/org/gpushare1";
@@ -44,10 +45,10 @@ impl From<StateError> for Error {
 }
 
 /// What the manager object reads devices from (the GPU side fills this in).
-pub type DeviceLister = Arc<dyn Fn() -> Vec<HashMap<String, OwnedValue>> + Send + Sync>;
+pub type DeviceLister = Arc<dyn Fn() -> Vec<api::Device> + Send + Sync>;
 
 /// What the manager object reads flagged processes from (the GPU side's scan fills this in).
-pub type FlaggedLister = Arc<dyn Fn() -> Vec<HashMap<String, OwnedValue>> + Send + Sync>;
+pub type FlaggedLister = Arc<dyn Fn() -> Vec<api::FlaggedProcess> + Send + Sync>;
 
 pub struct Manager {
     pub state: Arc<Mutex<State>>,
@@ -61,62 +62,67 @@ pub struct Manager {
     pub accounting: Arc<Accounting>,
 }
 
-pub(crate) fn value<'a>(v: impl Into<Value<'a>>) -> OwnedValue {
-    // Plain values (numbers, strings, arrays of them) never hold file descriptors, so this
-    // conversion cannot fail.
-    OwnedValue::try_from(v.into()).unwrap_or_else(|_| OwnedValue::from(0u8))
+/// A client as ListClients and GetClient report it. `memory` is the cap on each GPU (0 for
+/// none); `memory_used`, `share_used` (1.0: one GPU's time), `holding` and `waiting` are added up
+/// over the GPUs, and `devices` has them on each GPU.
+pub(crate) fn client_record(r: &ClientReport) -> api::Client {
+    api::Client {
+        name: r.name.clone(),
+        origin: r.origin.into(),
+        request: r.request,
+        limit: r.limit,
+        memory: r.memory.unwrap_or(0),
+        memory_used: r.memory_used,
+        interactive: r.interactive,
+        share_used: r.share_used,
+        gpu_time_ns: r.gpu_time_ns,
+        charged_ns: r.charged_ns,
+        grants: r.grants,
+        waited_ns: r.waited_ns,
+        holding: r.holding,
+        waiting: r.waiting,
+        devices: r.devices.iter().map(client_device_record).collect(),
+        pids: r.pids.clone(),
+        users: r.users.clone(),
+        groups: r.groups.clone(),
+        mps_thread_percentage: r.mps_thread_percentage.unwrap_or(0),
+        mps_pinned_mem_limit: r.mps_pinned_mem_limit.unwrap_or(0),
+        mps_priority: r.mps_priority.into(),
+        oversubscribe: r.oversubscribe,
+        resident: r.resident.unwrap_or(0),
+        release_cache: r.release_cache,
+    }
 }
 
-/// A client as ListClients and GetClient report it. `memory` is the cap on each GPU;
-/// `memory_used`, `share_used` (1.0: one GPU's time), `holding` and `waiting` are added up over
-/// the GPUs, and `devices` has them on each GPU ([`device_usage_dict`]).
-pub(crate) fn client_dict(r: &ClientReport) -> HashMap<String, OwnedValue> {
-    let mut d = HashMap::new();
-    d.insert("name".into(), value(r.name.as_str()));
-    d.insert("origin".into(), value(r.origin));
-    d.insert("request".into(), value(r.request));
-    d.insert("limit".into(), value(r.limit));
-    d.insert("memory".into(), value(r.memory.unwrap_or(0)));
-    d.insert("memory_used".into(), value(r.memory_used));
-    d.insert("interactive".into(), value(r.interactive));
-    d.insert("share_used".into(), value(r.share_used));
-    d.insert("gpu_time_ns".into(), value(r.gpu_time_ns));
-    d.insert("charged_ns".into(), value(r.charged_ns));
-    d.insert("grants".into(), value(r.grants));
-    d.insert("waited_ns".into(), value(r.waited_ns));
-    d.insert("holding".into(), value(r.holding));
-    d.insert("waiting".into(), value(r.waiting));
-    let devices: Vec<HashMap<String, OwnedValue>> =
-        r.devices.iter().map(device_usage_dict).collect();
-    d.insert("devices".into(), value(devices));
-    d.insert("pids".into(), value(r.pids.clone()));
-    d.insert("users".into(), value(r.users.clone()));
-    d.insert("groups".into(), value(r.groups.clone()));
-    d.insert(
-        "mps_thread_percentage".into(),
-        value(r.mps_thread_percentage.unwrap_or(0)),
-    );
-    d.insert(
-        "mps_pinned_mem_limit".into(),
-        value(r.mps_pinned_mem_limit.unwrap_or(0)),
-    );
-    d.insert("mps_priority".into(), value(r.mps_priority));
-    d.insert("oversubscribe".into(), value(r.oversubscribe));
-    d.insert("resident".into(), value(r.resident.unwrap_or(0)));
-    d.insert("release_cache".into(), value(r.release_cache));
-    d
+/// A client's figures on one GPU, the GPU by its UUID.
+fn client_device_record(r: &ClientDeviceReport) -> api::ClientDevice {
+    api::ClientDevice {
+        device: r.device.clone(),
+        memory_used: r.memory_used,
+        share_used: r.share_used,
+        holding: r.holding,
+        waiting: r.waiting,
+    }
 }
 
-/// A client's figures on one GPU: `device` (its UUID, `GPU-...`), `memory_used`, `share_used`,
-/// `holding` and `waiting`.
-pub(crate) fn device_usage_dict(r: &ClientDeviceReport) -> HashMap<String, OwnedValue> {
-    HashMap::from([
-        ("device".to_string(), value(r.device.as_str())),
-        ("memory_used".to_string(), value(r.memory_used)),
-        ("share_used".to_string(), value(r.share_used)),
-        ("holding".to_string(), value(r.holding)),
-        ("waiting".to_string(), value(r.waiting)),
-    ])
+/// A row of GetUsage, the group's name under the key `by` names.
+fn usage_record(by: By, r: Row) -> api::UsageRow {
+    let mut row = api::UsageRow {
+        gpu_ns: r.totals.gpu_ns,
+        memory_byte_seconds: r.totals.memory_byte_seconds,
+        wait_ns: r.totals.wait_ns,
+        leases: r.totals.leases,
+        first_hour: r.first_hour,
+        last_hour: r.last_hour,
+        ..api::UsageRow::default()
+    };
+    let group = match by {
+        By::User => &mut row.user,
+        By::Client => &mut row.client,
+        By::Day => &mut row.day,
+    };
+    *group = Some(r.key);
+    row
 }
 
 fn check_number(what: &str, v: f64) -> Result<(), Error> {
@@ -327,15 +333,15 @@ impl Manager {
     /// Every client with its shares and live usage: `memory` (the cap on each GPU, 0 for none),
     /// `memory_used`, `share_used`, `holding` and `waiting` over all GPUs, and `devices`, the
     /// same figures on each GPU it uses or used (`device` is the GPU's UUID).
-    async fn list_clients(&self) -> Vec<HashMap<String, OwnedValue>> {
-        self.lock().reports().iter().map(client_dict).collect()
+    async fn list_clients(&self) -> Vec<api::Client> {
+        self.lock().reports().iter().map(client_record).collect()
     }
 
     /// One client with its shares and live usage.
-    async fn get_client(&self, name: String) -> Result<HashMap<String, OwnedValue>, Error> {
+    async fn get_client(&self, name: String) -> Result<api::Client, Error> {
         let report = self.lock().report(&name);
         report
-            .map(|r| client_dict(&r))
+            .map(|r| client_record(&r))
             .ok_or_else(|| Error::UnknownClient(format!("there is no client named {name:?}")))
     }
 
@@ -344,11 +350,7 @@ impl Manager {
     /// Each entry has the group's name under that key, `gpu_ns` (GPU time charged),
     /// `memory_byte_seconds` (device memory held over time), `wait_ns` (time processes waited
     /// for a lease), `leases`, and `first_hour` and `last_hour` (Unix seconds).
-    async fn get_usage(
-        &self,
-        since_seconds: u64,
-        by: String,
-    ) -> Result<Vec<HashMap<String, OwnedValue>>, Error> {
+    async fn get_usage(&self, since_seconds: u64, by: String) -> Result<Vec<api::UsageRow>, Error> {
         let by: By = by.parse().map_err(Error::InvalidArgument)?;
         let since = (since_seconds > 0).then(|| std::time::Duration::from_secs(since_seconds));
         let accounting = self.accounting.clone();
@@ -356,27 +358,11 @@ impl Manager {
             .await
             .map_err(|e| Error::Failed(e.to_string()))?
             .map_err(Error::Failed)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                HashMap::from([
-                    (by.as_str().to_string(), value(r.key)),
-                    ("gpu_ns".into(), value(r.totals.gpu_ns)),
-                    (
-                        "memory_byte_seconds".into(),
-                        value(r.totals.memory_byte_seconds),
-                    ),
-                    ("wait_ns".into(), value(r.totals.wait_ns)),
-                    ("leases".into(), value(r.totals.leases)),
-                    ("first_hour".into(), value(r.first_hour)),
-                    ("last_hour".into(), value(r.last_hour)),
-                ])
-            })
-            .collect())
+        Ok(rows.into_iter().map(|r| usage_record(by, r)).collect())
     }
 
     /// The managed GPUs with live memory and state.
-    async fn list_devices(&self) -> Vec<HashMap<String, OwnedValue>> {
+    async fn list_devices(&self) -> Vec<api::Device> {
         let devices = self.devices.clone();
         tokio::task::spawn_blocking(move || devices())
             .await
@@ -390,7 +376,7 @@ impl Manager {
     /// percent); with `device`, `pid`, `uid` (4294967295 when it could not be read), `client`
     /// (empty for "unattached"), `details` (the figures in words), `action` ("warned",
     /// "killed") and `since` (seconds since the epoch).
-    async fn list_flagged_processes(&self) -> Vec<HashMap<String, OwnedValue>> {
+    async fn list_flagged_processes(&self) -> Vec<api::FlaggedProcess> {
         (self.flagged)()
     }
 

@@ -2,14 +2,13 @@
 //! use the GPU beyond what their hook reported) goes out as D-Bus signals; the GPU side has
 //! logged it already.
 
-use super::dbus_api::{value, Manager, OBJECT_PATH};
+use super::dbus_api::{Manager, OBJECT_PATH};
 use super::state::State;
+use crate::api;
 use crate::gpu::{action_word, DeviceInfo, FlaggedProcess, GpuEvent, MpsStatus};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use zbus::object_server::SignalEmitter;
-use zbus::zvariant::OwnedValue;
 
 pub async fn report(
     mut events: mpsc::UnboundedReceiver<GpuEvent>,
@@ -85,50 +84,40 @@ async fn signal_mps(
     }
 }
 
-/// A flagged process as a D-Bus dictionary.
-pub fn flagged_dict(f: &FlaggedProcess) -> HashMap<String, OwnedValue> {
-    let mut m = HashMap::new();
-    m.insert("device".into(), value(f.device));
-    m.insert("pid".into(), value(f.pid));
-    // u32::MAX: the process was gone before its uid could be read
-    m.insert("uid".into(), value(f.uid.unwrap_or(u32::MAX)));
-    m.insert("client".into(), value(f.client.as_str()));
-    m.insert("kind".into(), value(f.kind));
-    m.insert("measured".into(), value(f.measured));
-    m.insert("allowed".into(), value(f.allowed));
-    m.insert("details".into(), value(f.details.as_str()));
-    m.insert("action".into(), value(f.action));
-    m.insert("since".into(), value(f.since));
-    m
+/// A flagged process as ListFlaggedProcesses reports it.
+pub fn flagged_record(f: &FlaggedProcess) -> api::FlaggedProcess {
+    api::FlaggedProcess {
+        device: f.device,
+        pid: f.pid,
+        uid: f.uid.unwrap_or(api::FlaggedProcess::UNKNOWN_UID),
+        client: f.client.clone(),
+        kind: f.kind.into(),
+        measured: f.measured,
+        allowed: f.allowed,
+        details: f.details.clone(),
+        action: f.action.into(),
+        since: f.since,
+    }
 }
 
-/// A device as a D-Bus dictionary, with the daemon's MPS state.
-pub fn device_dict(d: &DeviceInfo, mps: &MpsStatus) -> HashMap<String, OwnedValue> {
+/// A device as ListDevices reports it, with the daemon's MPS state.
+pub fn device_record(d: &DeviceInfo, mps: &MpsStatus) -> api::Device {
     let mps_state = match (mps.enabled, mps.running) {
         (false, _) => "off",
         (true, true) => "running",
         (true, false) => "down",
     };
-    let mut m = HashMap::new();
-    m.insert("index".into(), value(d.index));
-    m.insert("name".into(), value(d.name.as_str()));
-    m.insert("uuid".into(), value(d.uuid.as_str()));
-    m.insert("compute_mode".into(), value(d.compute_mode.as_str()));
-    m.insert(
-        "original_compute_mode".into(),
-        value(d.original_compute_mode.as_str()),
-    );
-    m.insert("memory_total".into(), value(d.memory_total));
-    m.insert("memory_used".into(), value(d.memory_used));
-    m.insert(
-        "utilization_gpu".into(),
-        value(d.utilization_gpu.unwrap_or(0)),
-    );
-    m.insert(
-        "pids".into(),
-        value(d.processes.iter().map(|p| p.pid).collect::<Vec<u32>>()),
-    );
-    m.insert("mps".into(), value(mps_state));
-    m.insert("mps_restarts".into(), value(mps.restarts));
-    m
+    api::Device {
+        index: d.index,
+        name: d.name.clone(),
+        uuid: d.uuid.clone(),
+        compute_mode: d.compute_mode.clone(),
+        original_compute_mode: d.original_compute_mode.clone(),
+        memory_total: d.memory_total,
+        memory_used: d.memory_used,
+        utilization_gpu: d.utilization_gpu.unwrap_or(0),
+        pids: d.processes.iter().map(|p| p.pid).collect(),
+        mps: mps_state.into(),
+        mps_restarts: mps.restarts,
+    }
 }

@@ -121,14 +121,14 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
             let mps = read_mps();
             read_devices()
                 .iter()
-                .map(|d| gpu_events::device_dict(d, &mps))
+                .map(|d| gpu_events::device_record(d, &mps))
                 .collect()
         })
     };
 
     let flagged: dbus_api::FlaggedLister = {
         let read = gpu.flagged_reader();
-        Arc::new(move || read().iter().map(gpu_events::flagged_dict).collect())
+        Arc::new(move || read().iter().map(gpu_events::flagged_record).collect())
     };
 
     let bus = match &args.bus {

@@ -149,7 +149,7 @@ async fn handle(
         Some(Request::Status) => {
             // Read-only and open to all: the same as ListClients and ListDevices over D-Bus.
             let send = async {
-                for reply in status::replies(&state, &listers).await {
+                for reply in status::replies(&state, &listers).await? {
                     write_reply(&mut stream, &reply).await?;
                 }
                 Ok(())
