@@ -31,12 +31,12 @@ pub const CUDA_NOT_READY: CUresult = 600;
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);
 /// Queue budget in GPU nanoseconds.
 static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
-/// The lease runs beside others (the daemon's `GRANT_SHARED`): marker completions teach the GPU
-/// time per launch only when shorter than known. The driver time-slices the GPU between the
-/// processes then, and a marker also waits for the others' work: learnt there, the GPU time per
-/// launch would be far too long, and a launch-bound process held back at every launch ran several
-/// times slower than under plain time-slicing (and launch-bound processes waiting for their own
-/// markers there fell far behind the others). Over its allowance, a launch waits only once the work queued passes four
+/// The lease runs beside others (the daemon's `GRANT_SHARED`): marker completions do not teach
+/// the GPU time per launch. The driver time-slices the GPU between the processes then, and a
+/// marker also waits for the others' work: learnt there, the GPU time per launch would be far too
+/// long, and a launch-bound process held back at every launch ran several times slower than under
+/// plain time-slicing (and launch-bound processes waiting for their own markers there fell far
+/// behind the others). Over its allowance, a launch waits only once the work queued passes four
 /// budgets by the time per launch learnt alone (kernels known to be long), or the markers fill
 /// the ring: so the queue stays bounded, and the end of the lease hands the GPU over.
 static SHARED: AtomicBool = AtomicBool::new(false);
@@ -117,10 +117,10 @@ impl Pacer {
         self.head = (self.head + 1) % RING;
         self.len -= 1;
         STALLED.store(false, Relaxed);
-        if m.seen_pending && m.after_launch {
+        if m.seen_pending && m.after_launch && !SHARED.load(Relaxed) {
             // The GPU was busy from the later of the previous completion and this record until now.
             let took = done_at.saturating_sub(self.last_done.max(m.recorded));
-            self.per_launch_ns = learn_from(self.per_launch_ns, took, SHARED.load(Relaxed));
+            self.per_launch_ns = learn(self.per_launch_ns, took);
         }
         self.last_done = done_at;
         self.spare.push(m.event);
@@ -148,18 +148,6 @@ impl Pacer {
         // at least two in flight (no gap between kernels) unless one alone passes the budget
         let least = if self.per_launch_ns > budget { 1 } else { 2 };
         ((budget / self.per_launch_ns) as usize).clamp(least, RING - 1)
-    }
-}
-
-/// The GPU time per marked launch after a marker took `took`. Beside others a marker also waits
-/// for their turns, so it took at least the launch's own time: it only teaches a shorter time
-/// than known (what was learnt from the first kernels of a program, or alone before others came,
-/// can still come down), never a first one or a longer one.
-fn learn_from(old: u64, took: u64, shared: bool) -> u64 {
-    if shared && (old == 0 || took >= old) {
-        old
-    } else {
-        learn(old, took)
     }
 }
 
@@ -495,21 +483,5 @@ mod tests {
         assert_eq!(p.allowed(2_000_000), 1, "long kernels: one at a time");
         assert_eq!(learn(0, 100), 100);
         assert_eq!(learn(100, 500), 200);
-    }
-
-    #[test]
-    fn beside_others_markers_teach_only_a_shorter_time_per_launch() {
-        // alone: any completion teaches
-        assert_eq!(learn_from(0, 400, false), 400);
-        assert_eq!(learn_from(400, 800, false), 500);
-        // beside others: nothing to start from, and a longer time says nothing
-        assert_eq!(learn_from(0, 400, true), 0);
-        assert_eq!(learn_from(400, 4_000, true), 400);
-        // a shorter one brings a time learnt from a program's first kernels down
-        let mut t = 2_000_000;
-        for _ in 0..20 {
-            t = learn_from(t, 40_000, true);
-        }
-        assert!(t < 100_000, "came down to {t}");
     }
 }
