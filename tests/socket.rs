@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use gpushare::protocol::{ErrorCode, Reply, Request, MAX_FRAME};
+use gpushare::protocol::{ErrorCode, Reply, Request, GRANT_SHARED, MAX_FRAME};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -168,8 +168,67 @@ fn thousands_of_connections_leave_no_leak() {
     ));
 }
 
-/// Clients a and b with half the GPU each, and leases of 300 ms.
-const TWO_HALVES: &str = "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n";
+/// Clients a and b with half the GPU each, leases of 300 ms, one lease at a time (by default
+/// processes of equal weights hold leases together: see
+/// `by_default_equal_weights_share_the_gpu_and_unequal_ones_take_turns`).
+const TWO_HALVES: &str = "[daemon]\nquantum = \"300ms\"\nconcurrent_leases = 1\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n";
+
+/// Without MPS and without `concurrent_leases`, the scheduler lets leases overlap while the
+/// driver's equal turns give each process its due: always for processes of equal weights (each
+/// lease that starts beside another is marked shared), never for saturating processes of
+/// unequal weights whose demand is not known yet.
+#[test]
+fn by_default_equal_weights_share_the_gpu_and_unequal_ones_take_turns() {
+    let clients = |ra: f64, rb: f64| {
+        format!(
+            "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = {ra}\nusers = [\"*\"]\n\
+             [clients.b]\nrequest = {rb}\nusers = [\"*\"]\n"
+        )
+    };
+    let d = Daemon::start(&clients(0.5, 0.5), None);
+    let (mut a, mut b) = (d.connect(), d.connect());
+    a.hello("a");
+    b.hello("b");
+    a.send(&Request::Acquire { device: GPU0 });
+    assert!(matches!(
+        a.recv_within(Duration::from_secs(1)),
+        Some(Reply::Grant { .. })
+    ));
+    b.send(&Request::Acquire { device: GPU0 });
+    assert_eq!(
+        b.recv_within(Duration::from_millis(200)),
+        Some(Reply::Grant {
+            lease_ns: 300_000_000,
+            flags: GRANT_SHARED
+        }),
+        "equal weights: b's lease starts beside a's"
+    );
+    drop(d);
+
+    let d = Daemon::start(&clients(0.75, 0.25), None);
+    let (mut a, mut b) = (d.connect(), d.connect());
+    a.hello("a");
+    b.hello("b");
+    a.send(&Request::Acquire { device: GPU0 });
+    assert!(matches!(
+        a.recv_within(Duration::from_secs(1)),
+        Some(Reply::Grant { .. })
+    ));
+    b.send(&Request::Acquire { device: GPU0 });
+    assert_eq!(
+        b.recv_within(Duration::from_millis(100)),
+        None,
+        "unequal weights, a's demand unknown: b waits for its turn"
+    );
+    a.send(&Request::Release {
+        device: GPU0,
+        busy_ns: 0,
+    });
+    assert!(matches!(
+        b.recv_within(Duration::from_millis(300)),
+        Some(Reply::Grant { .. })
+    ));
+}
 
 #[test]
 fn token_alternates_and_a_crashed_holder_frees_it() {
@@ -611,6 +670,8 @@ fn the_memory_cap_applies_on_each_gpu() {
         device: GPU1,
         bytes: 300,
     });
+    // an Unreserve has no reply: p's next request is answered after it is done
+    assert_eq!(p.reserve(GPU1, 0), Some(Reply::Reserved { used: 700 }));
     assert_eq!(q.reserve(GPU1, 300), Some(Reply::Reserved { used: 1000 }));
     // reports: the total over the GPUs, and each GPU's figure
     let a = d.client("a");

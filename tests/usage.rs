@@ -213,3 +213,45 @@ fn a_damaged_database_is_moved_aside_and_a_new_one_started() {
     assert!(moved, "{}", d.log());
     assert!(d.log().contains("damaged"), "{}", d.log());
 }
+
+/// With `fairshare_half_life`, the usage kept in the state directory weighs the clients: a client
+/// whose GPU time is in the database gets the factor the formula gives it, one without keeps 1,
+/// and a reload that turns fair share off gives every client 1 again.
+#[test]
+fn decayed_usage_weighs_clients_while_fair_share_is_on() {
+    require_root();
+    let state = open_tempdir();
+    let config = |fair: &str| {
+        format!(
+            "[daemon]\n{fair}\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n\
+             [clients.b]\nrequest = 0.5\nusers = [\"*\"]\n"
+        )
+    };
+    // a first start makes the database; then a's hour of GPU time of an hour ago goes in
+    let mut d = Daemon::start_with_state(&config(""), None, state.path());
+    assert_eq!(d.client("a")["fair_share"], 1.0, "off: every factor is 1");
+    d.stop();
+    let hour = gpushare::daemon::accounting::unix_now() / 3600 * 3600 - 3600;
+    let db = rusqlite::Connection::open(state.path().join("usage.db")).unwrap();
+    db.execute(
+        "INSERT INTO usage (hour, user, client, gpu_ns, leases) VALUES (?1, 'root', 'a', ?2, 1)",
+        rusqlite::params![hour, 3600i64 * 1_000_000_000],
+    )
+    .unwrap();
+    drop(db);
+
+    let d = Daemon::start_with_state(&config("fairshare_half_life = \"7d\""), None, state.path());
+    // all the usage for half of the weights: 2^(-1/0.5), read at start
+    wait_for("a's factor", Duration::from_secs(10), || {
+        d.client("a")["fair_share"] == 0.25
+    });
+    assert_eq!(d.client("b")["fair_share"], 1.0);
+
+    std::fs::write(&d.config, config("")).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for(
+        "fair share off after the reload",
+        Duration::from_secs(10),
+        || d.client("a")["fair_share"] == 1.0,
+    );
+}

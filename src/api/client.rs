@@ -78,6 +78,10 @@ pub struct Client {
     /// Whether its PyTorch processes release their cached memory while others wait.
     #[serde(with = "variant_on_dbus")]
     pub release_cache: bool,
+    /// Its decayed fair-share factor (`daemon.fairshare_half_life`): the scheduler weighs it by
+    /// its request times this; 1 while fair share is off.
+    #[serde(with = "variant_on_dbus")]
+    pub fair_share: f64,
 }
 
 /// A client's figures on one GPU.

@@ -106,6 +106,7 @@ fn client() -> Client {
         oversubscribe: true,
         resident: 512 << 20,
         release_cache: true,
+        fair_share: 0.25,
     }
 }
 
@@ -134,6 +135,7 @@ const CLIENT_KEYS: &[(&str, &str)] = &[
     ("oversubscribe", "b"),
     ("resident", "t"),
     ("release_cache", "b"),
+    ("fair_share", "d"),
 ];
 
 const CLIENT_DEVICE_KEYS: &[(&str, &str)] = &[

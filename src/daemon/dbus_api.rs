@@ -91,6 +91,7 @@ pub(crate) fn client_record(r: &ClientReport) -> api::Client {
         oversubscribe: r.oversubscribe,
         resident: r.resident.unwrap_or(0),
         release_cache: r.release_cache,
+        fair_share: r.fair_share,
     }
 }
 

@@ -62,6 +62,7 @@ pub struct ClientProps {
     holding: bool,
     waiting: u32,
     interactive: bool,
+    fair_share: f64,
     processes: Vec<u32>,
     users: Vec<String>,
     groups: Vec<String>,
@@ -85,6 +86,7 @@ impl From<&ClientReport> for ClientProps {
             holding: r.holding,
             waiting: r.waiting,
             interactive: r.interactive,
+            fair_share: r.fair_share,
             processes: r.pids.clone(),
             users: r.users.clone(),
             groups: r.groups.clone(),
@@ -122,6 +124,7 @@ impl ClientProps {
             ("Holding", Value::from(self.holding)),
             ("Waiting", Value::from(self.waiting)),
             ("Interactive", Value::from(self.interactive)),
+            ("FairShare", Value::from(self.fair_share)),
             ("Processes", Value::from(self.processes.clone())),
             ("Users", Value::from(self.users.clone())),
             ("Groups", Value::from(self.groups.clone())),
@@ -198,6 +201,12 @@ impl ClientObject {
     #[zbus(property)]
     fn interactive(&self) -> bool {
         self.0.interactive
+    }
+    /// Its decayed fair-share factor: its weight is its request times this (1 while fair share
+    /// is off).
+    #[zbus(property)]
+    fn fair_share(&self) -> f64 {
+        self.0.fair_share
     }
     /// The pids of its attached processes.
     #[zbus(property)]

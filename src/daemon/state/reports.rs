@@ -38,6 +38,8 @@ pub struct ClientReport {
     /// Resident budget in bytes, `None` for all of the client's managed memory.
     pub resident: Option<u64>,
     pub release_cache: bool,
+    /// Its fair-share factor (1 while fair share is off).
+    pub fair_share: f64,
 }
 
 /// A client's figures on one GPU.
@@ -90,6 +92,7 @@ impl State {
             oversubscribe: c.spec.memory_mode.oversubscribe,
             resident: c.spec.memory_mode.resident,
             release_cache: c.spec.memory_mode.release_cache,
+            fair_share: c.fair_factor,
         })
     }
 
