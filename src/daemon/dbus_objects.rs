@@ -497,6 +497,7 @@ mod tests {
             holding: false,
             waiting: 0,
             interactive: false,
+            fair_share: 1.0,
             processes: pids,
             users: vec![],
             groups: vec![],
