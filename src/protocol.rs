@@ -49,6 +49,10 @@ pub const SCHED_INTERACTIVE: u32 = 1;
 /// share the GPU); the process does not hold its launches back for its queue, where its work also
 /// waits for theirs.
 pub const GRANT_SHARED: u32 = 1;
+/// [`Reply::Grant`] flag: an interactive client is active or was lately; the batch process keeps
+/// a short queue (a quarter of its queue budget, and beside others too), so that the interactive
+/// client's next request waits little behind its work.
+pub const GRANT_TIGHT: u32 = 2;
 /// [`Reply::Status`] flag: more of the document follows in the next frame.
 pub const STATUS_MORE: u32 = 1;
 /// Most bytes of the status document one [`Reply::Status`] frame carries.
@@ -176,7 +180,7 @@ pub enum Reply {
         sched_flags: u32,
     },
     /// The token (of the device last asked for) is this process's for `lease_ns` nanoseconds from
-    /// now; `flags`: [`GRANT_SHARED`].
+    /// now; `flags`: [`GRANT_SHARED`], [`GRANT_TIGHT`].
     Grant { lease_ns: u64, flags: u32 },
     /// The reservation was counted; `used` is the client's total on the device afterwards.
     Reserved { used: u64 },

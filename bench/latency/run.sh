@@ -16,6 +16,8 @@
 #   gpushare_default                 gpushare without MPS, concurrent_leases unset (the daemon's
 #                                    default: leases overlap while the GPU has room)
 #   gpushare_interactive_default     the same, the inference client `interactive = true`
+#   gpushare_interactive_default_q   the same, and `[daemon] queue_ahead = QUEUE_AHEAD` (default
+#                                    "1ms")
 #   gpushare_mps                     gpushare under MPS, 4 concurrent leases
 #   gpushare_mps_priority            the same, trainers' client `mps_priority = "below-normal"`
 #   gpushare_mps_threadsNN           the same, and `mps_thread_percentage = NN` for the trainers
@@ -95,6 +97,7 @@ for phase in $phases; do
     gpushare_interactive_q) extra="" mps=false leases=1 iextra="interactive = true" dextra='queue_ahead = "1ms"' ;;&
     gpushare_default) extra="" mps=false leases=default ;;&
     gpushare_interactive_default) extra="" mps=false leases=default iextra="interactive = true" ;;&
+    gpushare_interactive_default_q) extra="" mps=false leases=default iextra="interactive = true" dextra="queue_ahead = \"${QUEUE_AHEAD:-1ms}\"" ;;&
     gpushare_mps) extra="" mps=true leases=4 ;;&
     gpushare_mps_priority) extra='mps_priority = "below-normal"' mps=true leases=4 ;;&
     gpushare_mps_threads*)

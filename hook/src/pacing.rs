@@ -42,6 +42,12 @@ static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
 static SHARED: AtomicBool = AtomicBool::new(false);
 /// A wait for this process's queue ran into its limit: no more waits until a marker completes.
 static STALLED: AtomicBool = AtomicBool::new(false);
+/// An interactive client is active or was lately (the daemon's `GRANT_TIGHT`): the queue is held
+/// to a quarter of the budget, beside others too, so that the interactive client's next request
+/// waits little behind this process's work.
+static TIGHT: AtomicBool = AtomicBool::new(false);
+/// How much smaller the queue budget is on a tight lease.
+const TIGHT_DIVISOR: u64 = 4;
 
 #[derive(Clone, Copy)]
 struct Marker {
@@ -178,6 +184,20 @@ pub fn set_shared(shared: bool) {
     SHARED.store(shared, Relaxed);
 }
 
+/// Whether the lease just granted (or extended) keeps a short queue for an interactive client.
+pub fn set_tight(tight: bool) {
+    TIGHT.store(tight, Relaxed);
+}
+
+/// The queue budget of the current lease: a quarter of `budget` on a tight one.
+fn lease_budget(budget: u64, tight: bool) -> u64 {
+    if tight {
+        (budget / TIGHT_DIVISOR).max(1)
+    } else {
+        budget
+    }
+}
+
 pub fn configure(budget_ns: u64) {
     BUDGET_NS.store(budget_ns.max(1), Relaxed);
 }
@@ -193,7 +213,8 @@ pub fn check(wait_limit_ns: u64) -> u64 {
     let Some(query) = query_fn() else {
         return u64::MAX;
     };
-    let budget = BUDGET_NS.load(Relaxed);
+    let tight = TIGHT.load(Relaxed);
+    let budget = lease_budget(BUDGET_NS.load(Relaxed), tight);
     let start = now_ns();
     let mut first = true;
     loop {
@@ -233,7 +254,7 @@ pub fn check(wait_limit_ns: u64) -> u64 {
                 && (p.len as u64).saturating_mul(p.per_launch_ns) >= budget.saturating_mul(4);
             let short = !long && p.len < RING - 1;
             match p.front() {
-                Some(_) if shared && short => return next_check,
+                Some(_) if shared && short && !tight => return next_check,
                 Some(m) => m.event,
                 None => return next_check,
             }
@@ -483,5 +504,16 @@ mod tests {
         assert_eq!(p.allowed(2_000_000), 1, "long kernels: one at a time");
         assert_eq!(learn(0, 100), 100);
         assert_eq!(learn(100, 500), 200);
+    }
+
+    #[test]
+    fn a_tight_lease_holds_a_quarter_of_the_budget() {
+        assert_eq!(lease_budget(2_000_000, false), 2_000_000);
+        assert_eq!(lease_budget(2_000_000, true), 500_000);
+        assert_eq!(lease_budget(1, true), 1);
+        let mut p = Pacer::new();
+        p.per_launch_ns = 200_000;
+        assert_eq!(p.allowed(lease_budget(2_000_000, false)), 10);
+        assert_eq!(p.allowed(lease_budget(2_000_000, true)), 2);
     }
 }

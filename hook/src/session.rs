@@ -490,9 +490,11 @@ pub fn acquire(device: DeviceId) -> Option<u64> {
     })
 }
 
-/// A grant of `lease_ns` with `flags` arrived: tells the pacer whether the lease is shared.
+/// A grant of `lease_ns` with `flags` arrived: tells the pacer whether the lease is shared, and
+/// whether its queue must stay short for an interactive client.
 fn granted(lease_ns: u64, flags: u32) -> u64 {
     crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0);
+    crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
     lease_ns
 }
 

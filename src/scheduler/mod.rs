@@ -81,6 +81,10 @@ pub struct Grant {
     pub lease_ns: Nanos,
     /// Without MPS, the lease starts beside others (light processes overlapping by demand).
     pub shared: bool,
+    /// A batch lease while an interactive client is active or was within [`INTERACTIVE_RECENT`]:
+    /// its holder keeps a short queue, so that the interactive client's next request waits
+    /// little behind its work.
+    pub tight: bool,
 }
 
 #[derive(Debug)]
@@ -434,11 +438,13 @@ impl Scheduler {
             alone,
             probe: false,
         };
+        let client = h.client;
         Some(Grant {
             session,
-            client: h.client,
+            client,
             lease_ns: quantum,
             shared: self.demand_gated && !alone,
+            tight: self.tight_for(client, now),
         })
     }
 
@@ -681,6 +687,7 @@ impl Scheduler {
             h.alone = false;
         }
         let shared = self.demand_gated && !alone;
+        let tight = self.tight_for(id, now);
         self.holders.push(Lease {
             session,
             client: id,
@@ -696,7 +703,22 @@ impl Scheduler {
             client: id,
             lease_ns,
             shared,
+            tight,
         })
+    }
+
+    /// Whether a lease of `client` now keeps a short queue: a batch client's, while an
+    /// interactive client is active or was lately.
+    fn tight_for(&self, client: ClientId, now: Nanos) -> bool {
+        let interactive =
+            |id: &ClientId| self.clients.get(id).is_some_and(|c| c.shares.interactive);
+        !interactive(&client)
+            && (self.interactive_recently(now)
+                || self
+                    .clients
+                    .iter()
+                    .any(|(id, c)| interactive(id) && !c.waiting.is_empty())
+                || self.holders.iter().any(|h| interactive(&h.client)))
     }
 
     /// When `poll` next has something to do, if nothing else happens before (call it after
@@ -1455,11 +1477,14 @@ mod tests {
             0,
         );
         s.acquire(1, 10, 0);
-        assert_eq!(s.poll(0).unwrap().session, 10);
+        let g = s.poll(0).unwrap();
+        assert_eq!(g.session, 10);
+        assert!(!g.tight, "no interactive client yet: a queue as usual");
         assert!(s.take_revoked().is_empty());
         s.acquire(2, 20, 3 * MS);
         let g = s.poll(3 * MS).expect("interactive client granted at once");
         assert_eq!(g.session, 20);
+        assert!(!g.tight, "the interactive lease itself is not held back");
         assert_eq!(
             s.take_revoked(),
             vec![10],
@@ -1479,9 +1504,12 @@ mod tests {
             None,
             "batch waits while the interactive lease runs"
         );
-        // the interactive process goes idle and gives the lease back: batch resumes
+        // the interactive process goes idle and gives the lease back: batch resumes, with a
+        // short queue while the interactive client was active lately
         s.release(20, MS, 6 * MS);
-        assert_eq!(s.poll(6 * MS).unwrap().session, 10);
+        let g = s.poll(6 * MS).unwrap();
+        assert_eq!(g.session, 10);
+        assert!(g.tight);
         // a revoked holder that does not release loses the token after the grace
         s.acquire(2, 20, 7 * MS);
         assert_eq!(s.poll(7 * MS).unwrap().session, 20);
@@ -1495,6 +1523,13 @@ mod tests {
         );
         assert_eq!(s.poll(12 * MS), None);
         assert_eq!(s.holder_count(), 0);
+        // lately active: batch leases and their extensions keep short queues; long after the
+        // interactive client's last lease, queues as usual
+        s.acquire(1, 10, 13 * MS);
+        assert!(s.poll(13 * MS).unwrap().tight);
+        assert!(s.extend(10, 14 * MS).unwrap().tight);
+        let later = 8 * MS + INTERACTIVE_RECENT;
+        assert!(!s.extend(10, later).unwrap().tight);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::config::{
 };
 use crate::gpu::AttachedProcess;
 use crate::protocol::{
-    DeviceId, ErrorCode, Reply, GRANT_SHARED, MAX_DEVICES, MEMORY_OVERSUBSCRIBE,
+    DeviceId, ErrorCode, Reply, GRANT_SHARED, GRANT_TIGHT, MAX_DEVICES, MEMORY_OVERSUBSCRIBE,
     MEMORY_RELEASE_CACHE, NO_CAP, SCHED_INTERACTIVE,
 };
 use crate::scheduler::{ClientId, Grant, Nanos, Schedulers, SessionId, Shares};
@@ -514,11 +514,14 @@ impl Session {
 
 /// The flags a grant's reply carries.
 fn grant_flags(g: &Grant) -> u32 {
+    let mut flags = 0;
     if g.shared {
-        GRANT_SHARED
-    } else {
-        0
+        flags |= GRANT_SHARED;
     }
+    if g.tight {
+        flags |= GRANT_TIGHT;
+    }
+    flags
 }
 
 fn shares(s: &Share) -> Shares {
@@ -908,5 +911,24 @@ mod tests {
         assert_eq!(s.report("train").unwrap().request, 0.25);
         assert!(s.report("new").is_some());
         assert!(s.config_error.is_none());
+    }
+
+    #[test]
+    fn a_reload_keeps_run_time_changes_of_entries_the_file_did_not_change() {
+        let text = "[clients.train]\nrequest = 0.25\n[clients.other]\nrequest = 0.1\n";
+        let (mut s, _rx) = state(text);
+        s.set_share("train", Some(0.5), None, None).unwrap();
+        // the same file again (a reload, or the watcher after an edit elsewhere)
+        s.apply_config(Config::parse(text)).unwrap();
+        assert_eq!(s.report("train").unwrap().request, 0.5, "kept");
+        // another entry changed: this one is kept, that one applied
+        let text = "[clients.train]\nrequest = 0.25\n[clients.other]\nrequest = 0.2\n";
+        s.apply_config(Config::parse(text)).unwrap();
+        assert_eq!(s.report("train").unwrap().request, 0.5);
+        assert_eq!(s.report("other").unwrap().request, 0.2);
+        // its own entry changed in the file: the file wins
+        let text = "[clients.train]\nrequest = 0.3\n[clients.other]\nrequest = 0.2\n";
+        s.apply_config(Config::parse(text)).unwrap();
+        assert_eq!(s.report("train").unwrap().request, 0.3);
     }
 }
