@@ -212,9 +212,12 @@ impl State {
         }
         let now = self.now();
         for spec in new.clients.values() {
+            // An entry the file did not change keeps what was changed at run time (gpushare set):
+            // a reload, or the watcher's reload after an edit of another entry, does not undo it.
+            let entry_changed = self.config.clients.get(&spec.name) != Some(spec);
             match self.clients.get_mut(&spec.name) {
                 Some(c) => {
-                    if c.spec != *spec || c.origin != Origin::Config {
+                    if c.origin != Origin::Config || (entry_changed && c.spec != *spec) {
                         c.spec = spec.clone();
                         c.origin = Origin::Config;
                         self.sched.set_client(c.id, shares(&spec.share), now);
