@@ -1,48 +1,39 @@
 //! Human units in the config and on the command line: byte sizes ("8GiB", "512MiB",
-//! "unlimited") and durations ("20ms", "2s", read by `humantime`).
+//! "unlimited", read by `parse-size`) and durations ("20ms", "2s", read by `humantime`).
 //!
-//! Sizes keep a parser of their own: here `K`, `M`, `G` and `T` alone are binary units, as in
-//! nvidia-smi's figures and Slurm's `--mem=16G`, where byte-size crates read them as decimal
-//! (a cap written `16G` would silently shrink by 7%).
+//! A bare `K`, `M`, `G` or `T` is a binary unit here, as in nvidia-smi's figures and Slurm's
+//! `--mem=16G`, where `parse-size` reads it as decimal (a cap written `16G` would silently
+//! shrink by 7%): it is read as `Ki`, `Mi`, `Gi` or `Ti`.
 
 use std::time::Duration;
 
-/// Parses a byte size. Binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB) suffixes, `K`/`M`/
-/// `G`/`T` as binary, a bare number as bytes, and "unlimited"/"none" as `None`.
+/// Parses a byte size. Binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB) suffixes in any
+/// case, `K`/`M`/`G`/`T` alone as binary, a bare number as bytes, and "unlimited"/"none" as
+/// `None`.
 pub fn parse_bytes(text: &str) -> Result<Option<u64>, String> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("unlimited") || t.eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let unit = unit.trim();
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => {
-            return Err(format!(
-                "unknown size unit {unit:?} in {text:?} (use B, KiB, MiB, GiB, TiB)"
-            ))
+    let binary = match t.char_indices().last() {
+        Some((i, unit))
+            if "kKmMgGtT".contains(unit)
+                && t[..i]
+                    .trim_end()
+                    .ends_with(|c: char| c.is_ascii_digit() || c == '.') =>
+        {
+            Some(format!("{}{unit}i", &t[..i]))
         }
+        _ => None,
     };
-    let value: f64 = num.parse().map_err(|_| {
-        format!("{text:?} is not a size (examples: \"8GiB\", \"512MiB\", \"unlimited\")")
-    })?;
-    let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
-        return Err(format!("size {text:?} is out of range"));
-    }
-    Ok(Some(bytes.round() as u64))
+    parse_size::parse_size(binary.as_deref().unwrap_or(t))
+        .map(Some)
+        .map_err(|e| {
+            format!(
+                "{text:?} is not a size ({e}; use a number with B, KiB, MiB, GiB, TiB, KB, MB, \
+                 GB or TB, for example \"8GiB\", or \"unlimited\")"
+            )
+        })
 }
 
 /// Formats a byte count the way `parse_bytes` reads it back, using the largest exact binary unit
@@ -89,9 +80,19 @@ mod tests {
         assert_eq!(parse_bytes("2GB"), Ok(Some(2_000_000_000)));
         assert_eq!(parse_bytes("4096"), Ok(Some(4096)));
         assert_eq!(parse_bytes("unlimited"), Ok(None));
+        assert_eq!(parse_bytes("16G"), Ok(Some(16 << 30)), "a bare G is binary");
+        assert_eq!(parse_bytes("16 g"), Ok(Some(16 << 30)));
+        assert_eq!(parse_bytes("2k"), Ok(Some(2048)));
+        assert_eq!(parse_bytes("3T"), Ok(Some(3 << 40)));
+        assert_eq!(parse_bytes("2gib"), Ok(Some(2 << 30)));
+        assert_eq!(parse_bytes("2 KB"), Ok(Some(2_000)));
+        assert_eq!(parse_bytes("10B"), Ok(Some(10)));
+        assert_eq!(parse_bytes("none"), Ok(None));
         assert!(parse_bytes("8 parsecs")
             .unwrap_err()
-            .contains("unknown size unit"));
+            .contains("is not a size"));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("G").is_err());
         assert!(parse_bytes("GiB").is_err());
         assert!(parse_bytes("-1GiB").is_err());
     }
