@@ -116,6 +116,7 @@ fn a_scrape_reports_usage_per_client_and_user() {
         (4u64 << 30) as f64
     );
     assert_eq!(m["gpushare_client_request_ratio{client=\"train\"}"], 0.5);
+    assert_eq!(m["gpushare_client_fair_share_ratio{client=\"train\"}"], 1.0);
     assert_eq!(m["gpushare_attached_processes"], 1.0);
     assert_eq!(m["gpushare_config_reload_failures_total"], 0.0);
     assert_eq!(m["gpushare_config_last_reload_successful"], 1.0);

@@ -149,6 +149,15 @@ impl Collector for Figures {
         )?;
         family(
             &mut e,
+            "gpushare_client_fair_share",
+            "Decayed fair-share factor of the client: its weight is its request times this (1 while fair share is off)",
+            Some(&Unit::Other("ratio".into())),
+            clients
+                .iter()
+                .map(|x| (c(&x.name), ConstGauge::new(x.fair_share))),
+        )?;
+        family(
+            &mut e,
             "gpushare_client_limit",
             "Largest share of GPU time of the client",
             Some(&Unit::Other("ratio".into())),

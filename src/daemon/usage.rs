@@ -33,6 +33,8 @@ pub struct ClientFigures {
     pub memory_cap: Option<u64>,
     /// Device memory its processes hold, on all GPUs together.
     pub memory_used: u64,
+    /// Its fair-share factor (1 while fair share is off).
+    pub fair_share: f64,
 }
 
 /// What the state hands out at each sample.

@@ -153,6 +153,7 @@ impl State {
                     limit: c.spec.share.limit,
                     memory_cap: c.spec.share.memory,
                     memory_used: total(&c.memory_used),
+                    fair_share: c.fair_factor,
                 })
                 .collect(),
             reload_failures: self.reload_failures,
