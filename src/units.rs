@@ -1,9 +1,9 @@
 //! Human units in the config and on the command line: byte sizes ("8GiB", "512MiB",
 //! "unlimited", read by `parse-size`) and durations ("20ms", "2s", read by `humantime`).
 //!
-//! A bare `K`, `M`, `G` or `T` is a binary unit here, as in nvidia-smi's figures and Slurm's
-//! `--mem=16G`, where `parse-size` reads it as decimal (a cap written `16G` would silently
-//! shrink by 7%): it is read as `Ki`, `Mi`, `Gi` or `Ti`.
+//! A bare `K`, `M`, `G`, `T`, `P` or `E` is a binary unit here, as in nvidia-smi's figures and
+//! Slurm's `--mem=16G`, where `parse-size` reads it as decimal (a cap written `16G` would
+//! silently shrink by 7%): it is read as `Ki`, `Mi`, `Gi`, `Ti`, `Pi` or `Ei`.
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ pub fn parse_bytes(text: &str) -> Result<Option<u64>, String> {
     }
     let binary = match t.char_indices().last() {
         Some((i, unit))
-            if "kKmMgGtT".contains(unit)
+            if "kKmMgGtTpPeE".contains(unit)
                 && t[..i]
                     .trim_end()
                     .ends_with(|c: char| c.is_ascii_digit() || c == '.') =>

@@ -79,8 +79,8 @@ pub struct Client {
     #[serde(with = "variant_on_dbus")]
     pub release_cache: bool,
     /// Its decayed fair-share factor (`daemon.fairshare_half_life`): the scheduler weighs it by
-    /// its request times this; 1 while fair share is off.
-    #[serde(with = "variant_on_dbus")]
+    /// its request times this; 1 while fair share is off (and from a daemon without it).
+    #[serde(with = "variant_on_dbus", default = "one")]
     pub fair_share: f64,
 }
 
@@ -104,4 +104,9 @@ pub struct ClientDevice {
     /// Its processes waiting for a lease there.
     #[serde(with = "variant_on_dbus")]
     pub waiting: u32,
+}
+
+/// The fair-share factor of a record without one: fair share off.
+fn one() -> f64 {
+    1.0
 }

@@ -17,7 +17,7 @@ pub struct FlaggedProcess {
     #[serde(with = "variant_on_dbus")]
     pub pid: u32,
     /// [`FlaggedProcess::UNKNOWN_UID`] when it could not be read.
-    #[serde(with = "variant_on_dbus")]
+    #[serde(with = "variant_on_dbus", default = "unknown_uid")]
     pub uid: u32,
     /// The client it attached as; empty for "unattached".
     #[serde(with = "variant_on_dbus")]
@@ -45,4 +45,9 @@ pub struct FlaggedProcess {
 impl FlaggedProcess {
     /// The uid of a process that was gone before its uid could be read.
     pub const UNKNOWN_UID: u32 = u32::MAX;
+}
+
+/// What a record without a uid (an older daemon's) means: not known.
+fn unknown_uid() -> u32 {
+    FlaggedProcess::UNKNOWN_UID
 }

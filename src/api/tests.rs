@@ -339,6 +339,7 @@ fn keys_an_older_daemon_lacks_take_their_defaults_and_unknown_keys_are_ignored()
             name: "train".into(),
             request: 0.5,
             pids: vec![41],
+            fair_share: 1.0,
             ..Client::default()
         }
     );
@@ -350,6 +351,11 @@ fn keys_an_older_daemon_lacks_take_their_defaults_and_unknown_keys_are_ignored()
     let bytes = dict_bytes(vec![("pid", Value::from(9u32))]);
     let (f, _): (FlaggedProcess, _) = bytes.deserialize().expect("decodes");
     assert_eq!((f.pid, f.kind.as_str()), (9, ""));
+    assert_eq!(
+        f.uid,
+        FlaggedProcess::UNKNOWN_UID,
+        "a uid not given is not root's"
+    );
 
     let bytes = dict_bytes(vec![("user", Value::from("bob"))]);
     let (u, _): (UsageRow, _) = bytes.deserialize().expect("decodes");
@@ -367,6 +373,7 @@ fn keys_an_older_daemon_lacks_take_their_defaults_and_unknown_keys_are_ignored()
     assert_eq!((s.version.as_str(), s.attached_processes), ("0.0.9", 1));
     assert!(s.flagged.is_empty() && s.devices.is_empty());
     assert_eq!(s.clients[0].pids, [41]);
+    assert_eq!(s.clients[0].fair_share, 1.0, "no fair share then");
 }
 
 #[test]

@@ -211,14 +211,15 @@ impl Store {
 
     /// Each client's GPU time in nanoseconds, decayed to `now` (Unix seconds) with usage halving
     /// every `half_life` ([`crate::scheduler::fair_share`]). An hour's GPU time counts at the
-    /// middle of the part of it that has passed; hours older than 30 half-lives are left out.
+    /// middle of the part of it that has passed; hours older than 20 half-lives (a millionth) are
+    /// left out.
     pub fn decayed_usage(
         &self,
         now: i64,
         half_life: Duration,
     ) -> rusqlite::Result<BTreeMap<String, f64>> {
         let half_life_s = half_life.as_secs_f64();
-        let horizon = (half_life_s * 30.0).min(i64::MAX as f64 / 2.0) as i64;
+        let horizon = (half_life_s * 20.0).min(i64::MAX as f64 / 2.0) as i64;
         let mut stmt = self.conn.prepare_cached(
             "SELECT client, hour, SUM(gpu_ns) FROM usage WHERE hour > ?1 GROUP BY client, hour",
         )?;
@@ -517,7 +518,7 @@ mod tests {
         assert!((s_of("train") - fresh).abs() < 1e-6, "{u:?}");
         // a whole hour a week before this one counts at its middle, a week ago: half
         assert!((s_of("user.bob") - 50.0).abs() < 1e-6, "{u:?}");
-        assert!(!u.contains_key("old"), "beyond 30 half-lives: left out");
+        assert!(!u.contains_key("old"), "beyond 20 half-lives: left out");
     }
 
     #[test]

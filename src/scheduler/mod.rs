@@ -390,6 +390,10 @@ impl Scheduler {
         if let Some(c) = self.clients.get_mut(&h.client) {
             c.gpu_total += busy;
             c.charge(owed, now);
+            if c.shares.interactive {
+                // "recently" counts from the end of an interactive client's last lease
+                self.interactive_at = Some(now);
+            }
             self.books.entry(h.session).or_default().usage.charged += owed;
         }
         self.demand.learn(h.session, busy, wall, h.alone, now);

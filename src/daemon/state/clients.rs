@@ -159,15 +159,22 @@ impl State {
                 })
                 .map(|c| (c.spec.name.clone(), c.spec.share.request))
                 .collect();
+            // An entry the file did not change keeps the request set at run time.
             let all = new
                 .clients
                 .values()
-                .map(|c| (c.name.clone(), c.share.request))
+                .map(|c| {
+                    let request = self
+                        .run_time_spec(c)
+                        .map_or(c.share.request, |kept| kept.share.request);
+                    (c.name.clone(), request)
+                })
                 .chain(registered)
                 .collect::<Vec<_>>();
             check_request_sum(all.iter().map(|(n, r)| (n.as_str(), *r))).map_err(|e| {
                 format!(
-                    "{}: {e} (counting clients registered over D-Bus)",
+                    "{}: {e} (counting clients registered over D-Bus, and the requests set at run \
+                     time of entries the file did not change)",
                     self.config_path.display()
                 )
             })?;
@@ -212,12 +219,12 @@ impl State {
         }
         let now = self.now();
         for spec in new.clients.values() {
-            // An entry the file did not change keeps what was changed at run time (gpushare set):
-            // a reload, or the watcher's reload after an edit of another entry, does not undo it.
-            let entry_changed = self.config.clients.get(&spec.name) != Some(spec);
+            if self.run_time_spec(spec).is_some() {
+                continue;
+            }
             match self.clients.get_mut(&spec.name) {
                 Some(c) => {
-                    if c.origin != Origin::Config || (entry_changed && c.spec != *spec) {
+                    if c.spec != *spec || c.origin != Origin::Config {
                         c.spec = spec.clone();
                         c.origin = Origin::Config;
                         self.sched.set_client(c.id, shares(&spec.share), now);
@@ -234,14 +241,17 @@ impl State {
                 }
             }
         }
-        // Users' default clients follow the new defaults.
+        // Users' default clients follow the new defaults where those changed for their user (a
+        // share set at run time stays otherwise).
         let defaults: Vec<(String, Share)> = self
             .clients
             .values()
             .filter(|c| c.origin == Origin::Default)
-            .map(|c| {
+            .filter_map(|c| {
                 let user = c.spec.name.trim_start_matches("user.").to_string();
-                (c.spec.name.clone(), new.defaults_for(&user, &[]))
+                let share = new.defaults_for(&user, &[]);
+                (share != self.config.defaults_for(&user, &[]))
+                    .then(|| (c.spec.name.clone(), share))
             })
             .collect();
         for (name, share) in defaults {
@@ -265,6 +275,21 @@ impl State {
         }
         self.refresh_fair_factors();
         self.dispatch();
+    }
+}
+
+impl State {
+    /// The running spec of a config client whose entry in the file is `spec` unchanged since the
+    /// running config: what was set at run time (gpushare set) stays over a reload, or the
+    /// watcher's reload after an edit of another entry.
+    fn run_time_spec(&self, spec: &ClientSpec) -> Option<&ClientSpec> {
+        if self.config.clients.get(&spec.name) != Some(spec) {
+            return None;
+        }
+        self.clients
+            .get(&spec.name)
+            .filter(|c| c.origin == Origin::Config)
+            .map(|c| &c.spec)
     }
 }
 

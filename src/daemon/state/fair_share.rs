@@ -8,7 +8,8 @@ impl State {
     /// Takes the clients' decayed GPU time (nanoseconds, by client name), or `None` when fair
     /// share is off, and weighs every client by it.
     pub fn set_fair_usage(&mut self, usage: Option<BTreeMap<String, f64>>) {
-        self.fair_usage = usage;
+        // usage read before a reload turned fair share off counts for nothing
+        self.fair_usage = usage.filter(|_| self.config.daemon.fairshare_half_life.is_some());
         self.refresh_fair_factors();
     }
 

@@ -930,5 +930,37 @@ mod tests {
         let text = "[clients.train]\nrequest = 0.3\n[clients.other]\nrequest = 0.2\n";
         s.apply_config(Config::parse(text)).unwrap();
         assert_eq!(s.report("train").unwrap().request, 0.3);
+
+        // the requests that would run must fit, those kept from run time included
+        s.set_share("train", Some(0.6), None, None).unwrap();
+        let text = "[clients.train]\nrequest = 0.3\n[clients.other]\nrequest = 0.5\n";
+        let e = s.apply_config(Config::parse(text)).unwrap_err();
+        assert!(e.contains("train=0.6") && e.contains("run time"), "{e}");
+        assert_eq!(
+            s.report("other").unwrap().request,
+            0.2,
+            "the old config stays"
+        );
+    }
+
+    #[test]
+    fn a_reload_keeps_a_users_run_time_share_unless_the_defaults_changed() {
+        let (mut s, _rx) = state("[defaults]\nrequest = 0.1\n");
+        let (tx, _r) = mpsc::unbounded_channel();
+        let (_a, _) = s.attach(&user(7, "bob"), 1, "", &[], tx).unwrap();
+        s.set_share("user.bob", Some(0.3), None, None).unwrap();
+        s.apply_config(Config::parse("[defaults]\nrequest = 0.1\n[clients.x]\n"))
+            .unwrap();
+        assert_eq!(s.report("user.bob").unwrap().request, 0.3, "kept");
+        s.apply_config(Config::parse("[defaults]\nrequest = 0.2\n"))
+            .unwrap();
+        assert_eq!(s.report("user.bob").unwrap().request, 0.2, "new defaults");
+    }
+
+    #[test]
+    fn usage_read_while_fair_share_is_off_weighs_nothing() {
+        let (mut s, _rx) = state("[clients.a]\nrequest = 0.5\n[clients.b]\nrequest = 0.5\n");
+        s.set_fair_usage(Some([("a".to_string(), 300e9)].into_iter().collect()));
+        assert_eq!(s.fair_factor("a"), 1.0);
     }
 }
