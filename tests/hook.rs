@@ -1808,6 +1808,71 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
     });
 }
 
+/// How long each kernel of `pid` waited on the fake's shared GPU behind the work queued before
+/// it (from its launch to its start), in nanoseconds, sorted.
+fn queue_waits(log: &Path, pid: u32) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut waits: Vec<u64> = text
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(pid.to_string().as_str()))
+        .filter_map(|l| {
+            let start: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+            let queued: u64 = l
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("queued="))?
+                .parse()
+                .ok()?;
+            Some(start.saturating_sub(queued))
+        })
+        .collect();
+    waits.sort_unstable();
+    waits
+}
+
+/// While an interactive client is active, a saturating batch process keeps a tight queue (a
+/// quarter of `queue_ahead`, 0.5 ms): of its 1 ms kernels, one at a time. So an interactive
+/// kernel waits at most for the batch kernel running when it is launched, not for a queue of
+/// them (with the usual 2 ms budget, two).
+#[test]
+fn beside_an_interactive_client_a_batch_holder_keeps_a_tight_queue() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = overlapping_daemon("[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n").start();
+    measured("a tight batch queue", || {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+        let ran = on_shared_gpu(
+            &d,
+            &log,
+            &gpu,
+            &[
+                ("batch", "run:2500:1000000:0:0"),
+                ("live", "run:2000:100000:1:5000"),
+            ],
+        );
+        let waits = queue_waits(&log, ran[1].0);
+        if waits.len() < 150 {
+            return Err(format!("{} interactive kernels logged", waits.len()));
+        }
+        let p95 = waits[waits.len() * 95 / 100];
+        eprintln!(
+            "interactive kernels waited p50 {} us, p95 {} us, max {} us",
+            waits[waits.len() / 2] / 1000,
+            p95 / 1000,
+            waits[waits.len() - 1] / 1000
+        );
+        // seen at p95: 0.9-1.6 ms with tight leases, 1.9-3.6 ms without (two kernels queued)
+        if p95 > 1_700_000 {
+            return Err(format!(
+                "interactive kernels waited {} us (p95) behind the batch queue",
+                p95 / 1000
+            ));
+        }
+        Ok(())
+    });
+}
+
 /// Every GPU has its own token: two saturating processes of two clients (requests 0.75 and
 /// 0.25) on two GPUs of one machine both run as fast as alone, where one token for the machine
 /// would give them 0.75 and 0.25 of it.

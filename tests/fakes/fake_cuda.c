@@ -93,7 +93,7 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void log_kernel(const char *fn, int dev, uint64_t start, uint64_t end);
+static void log_kernel(const char *fn, int dev, uint64_t start, uint64_t end, uint64_t queued);
 
 /* The shared GPUs of FAKE_CUDA_GPU: the time a device's queue runs until, in its file. */
 static uint64_t queued_until[MAX_DEVICES]; /* this process's work on each device ends then */
@@ -128,9 +128,10 @@ static void run_kernel(const char *fn, void **params) {
   const char *gpu = getenv("FAKE_CUDA_GPU");
   if (gpu && *gpu) {
     pthread_mutex_lock(&lock);
+    uint64_t queued = now_ns();
     uint64_t start = gpu_enqueue(gpu, dev, ns);
     pthread_mutex_unlock(&lock);
-    log_kernel(fn, dev, start, start + ns);
+    log_kernel(fn, dev, start, start + ns, queued);
     return;
   }
   uint64_t start = now_ns(), end;
@@ -140,16 +141,20 @@ static void run_kernel(const char *fn, void **params) {
   while (ns && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
   }
   end = now_ns();
-  log_kernel(fn, dev, start, end);
+  log_kernel(fn, dev, start, end, 0);
 }
 
-static void log_kernel(const char *fn, int dev, uint64_t start, uint64_t end) {
+/* A line per kernel: pid, start, end, function, then on the shared GPUs "queued=" when it was
+ * launched (it waited from then to its start behind the work queued before it), and " dev=N"
+ * for a device other than the first. */
+static void log_kernel(const char *fn, int dev, uint64_t start, uint64_t end, uint64_t queued) {
   const char *path = getenv("FAKE_CUDA_LOG");
   if (!path || !*path) return;
-  char line[160], where[16] = "";
+  char line[192], where[16] = "", when[40] = "";
   if (dev) snprintf(where, sizeof where, " dev=%d", dev);
-  int n = snprintf(line, sizeof line, "%d %llu %llu %s%s\n", (int)getpid(),
-                   (unsigned long long)start, (unsigned long long)end, fn, where);
+  if (queued) snprintf(when, sizeof when, " queued=%llu", (unsigned long long)queued);
+  int n = snprintf(line, sizeof line, "%d %llu %llu %s%s%s\n", (int)getpid(),
+                   (unsigned long long)start, (unsigned long long)end, fn, when, where);
   int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd >= 0) {
     if (write(fd, line, n) != n) { /* a test will notice the missing line */ }
