@@ -1,0 +1,914 @@
+//! Unit tests of the token scheduler.
+
+use super::*;
+
+const MS: Nanos = 1_000_000;
+const S: Nanos = 1_000 * MS;
+
+#[test]
+fn last_held_is_now_while_holding_then_the_end_of_the_lease() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(10 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    assert_eq!(s.last_held(7, 0), None, "never asked");
+    s.acquire(1, 7, 0);
+    assert_eq!(s.last_held(7, MS), None, "waiting is not holding");
+    let g = s.poll(MS).unwrap();
+    assert_eq!(g.session, 7);
+    assert_eq!(s.last_held(7, 5 * MS), Some(5 * MS));
+    s.release(7, 4 * MS, 6 * MS);
+    assert_eq!(s.last_held(7, 50 * MS), Some(6 * MS));
+    // a lease taken back after its end and grace ended then
+    s.acquire(1, 7, 60 * MS);
+    s.poll(60 * MS).unwrap();
+    assert!(s.poll(95 * MS).is_none());
+    assert_eq!(s.last_held(7, 99 * MS), Some(95 * MS));
+    s.session_gone(7, 100 * MS);
+    assert_eq!(s.last_held(7, 100 * MS), None, "forgotten with its session");
+}
+
+/// A simulated process: saturating (asks again right after each lease) or idle.
+struct Sim {
+    sched: Scheduler,
+    now: Nanos,
+    /// Per client: charged time measured by the simulation itself (lease wall time).
+    got: BTreeMap<ClientId, Nanos>,
+    saturating: Vec<(ClientId, SessionId)>,
+    /// GPU time each lease's work runs past the lease end.
+    gpu_overrun: Nanos,
+}
+
+fn shares(request: f64, limit: f64) -> Shares {
+    Shares {
+        request,
+        limit,
+        interactive: false,
+    }
+}
+
+impl Sim {
+    fn new(quantum: Nanos) -> Self {
+        Sim {
+            sched: Scheduler::new(quantum, 0),
+            now: 0,
+            got: BTreeMap::new(),
+            saturating: vec![],
+            gpu_overrun: 0,
+        }
+    }
+    fn client(&mut self, id: ClientId, request: f64, limit: f64) {
+        self.sched.set_client(id, shares(request, limit), self.now);
+    }
+    fn saturate(&mut self, id: ClientId) {
+        let session = id * 100;
+        self.saturating.push((id, session));
+        self.sched.acquire(id, session, self.now);
+    }
+    /// Runs until `until`; returns the fraction of that period each client held the token.
+    fn run_for(&mut self, span: Nanos) -> BTreeMap<ClientId, f64> {
+        let start = self.now;
+        let end = self.now + span;
+        self.got.clear();
+        while self.now < end {
+            match self.sched.poll(self.now) {
+                Some(g) => {
+                    let lease_end = self.now + g.lease_ns;
+                    *self.got.entry(g.client).or_default() += g.lease_ns.min(end - self.now);
+                    self.now = lease_end;
+                    // The hook reports the GPU time its work took, which can outlast the lease.
+                    self.sched.release(
+                        g.session,
+                        g.lease_ns.saturating_add(self.gpu_overrun),
+                        self.now,
+                    );
+                    self.sched.acquire(g.client, g.session, self.now);
+                }
+                None => match self.sched.next_wakeup(self.now) {
+                    Some(t) if t > self.now => self.now = t.min(end),
+                    Some(_) => unreachable!("poll returned nothing with work due now"),
+                    None => self.now = end,
+                },
+            }
+        }
+        let total = (self.now - start) as f64;
+        self.got
+            .iter()
+            .map(|(c, ns)| (*c, *ns as f64 / total))
+            .collect()
+    }
+}
+
+fn assert_near(got: f64, want: f64, tol: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: got {got:.4}, want {want:.4} ± {tol}"
+    );
+}
+
+#[test]
+fn saturating_clients_get_their_requests() {
+    let mut sim = Sim::new(20 * MS);
+    for (id, r) in [(1, 0.5), (2, 0.3), (3, 0.2)] {
+        sim.client(id, r, 1.0);
+        sim.saturate(id);
+    }
+    let shares = sim.run_for(60 * S);
+    assert_near(shares[&1], 0.5, 0.01, "client 1");
+    assert_near(shares[&2], 0.3, 0.01, "client 2");
+    assert_near(shares[&3], 0.2, 0.01, "client 3");
+    let u = sim.sched.usage(1, sim.now).unwrap();
+    assert_near(u.share, 0.5, 0.02, "reported usage of client 1");
+}
+
+#[test]
+fn a_fair_share_factor_scales_the_weight_of_a_request() {
+    let mut sim = Sim::new(20 * MS);
+    sim.client(1, 0.5, 1.0);
+    sim.client(2, 0.5, 1.0);
+    sim.sched.set_fair_factor(1, 0.25);
+    sim.saturate(1);
+    sim.saturate(2);
+    let shares = sim.run_for(30 * S);
+    // weights 0.125 and 0.5
+    assert_near(shares[&1], 0.2, 0.01, "client with past usage");
+    assert_near(shares[&2], 0.8, 0.01, "fresh client");
+    // alone it still gets the whole GPU: the factor only weighs clients against each other
+    sim.saturating.retain(|&(c, _)| c == 1);
+    sim.sched.session_gone(200, sim.now);
+    let shares = sim.run_for(10 * S);
+    assert!(shares[&1] >= 0.99, "alone it got {}", shares[&1]);
+    // factors stay within the floor and 1
+    sim.sched.set_fair_factor(2, 0.0);
+    sim.sched.set_fair_factor(1, 7.0);
+    assert_eq!(sim.sched.clients[&2].fair_factor, fair_share::FLOOR);
+    assert_eq!(sim.sched.clients[&1].fair_factor, 1.0);
+    sim.sched.set_fair_factor(1, f64::NAN);
+    assert_eq!(sim.sched.clients[&1].fair_factor, 1.0);
+}
+
+#[test]
+fn lone_client_gets_the_whole_gpu() {
+    let mut sim = Sim::new(20 * MS);
+    sim.client(1, 0.2, 1.0);
+    sim.client(2, 0.8, 1.0); // registered but idle
+    sim.saturate(1);
+    let shares = sim.run_for(30 * S);
+    assert!(shares[&1] >= 0.99, "lone client got {}", shares[&1]);
+    assert!(!shares.contains_key(&2));
+}
+
+#[test]
+fn idle_share_is_split_by_request() {
+    let mut sim = Sim::new(10 * MS);
+    sim.client(1, 0.4, 1.0);
+    sim.client(2, 0.2, 1.0);
+    sim.client(3, 0.4, 1.0); // idle
+    sim.saturate(1);
+    sim.saturate(2);
+    let shares = sim.run_for(30 * S);
+    assert_near(shares[&1], 2.0 / 3.0, 0.01, "client 1");
+    assert_near(shares[&2], 1.0 / 3.0, 0.01, "client 2");
+}
+
+#[test]
+fn limit_holds_when_alone() {
+    let mut sim = Sim::new(20 * MS);
+    sim.client(1, 0.1, 0.3);
+    sim.saturate(1);
+    let shares = sim.run_for(60 * S);
+    assert_near(shares[&1], 0.3, 0.01, "limited client alone");
+}
+
+#[test]
+fn limit_holds_under_contention_and_the_rest_goes_to_others() {
+    let mut sim = Sim::new(20 * MS);
+    sim.client(1, 0.5, 0.2);
+    // request above limit is refused by config checks; here the scheduler still caps at limit
+    sim.client(2, 0.1, 1.0);
+    sim.saturate(1);
+    sim.saturate(2);
+    let shares = sim.run_for(60 * S);
+    assert_near(shares[&1], 0.2, 0.01, "limited client");
+    assert_near(shares[&2], 0.8, 0.01, "other client");
+}
+
+#[test]
+fn reported_gpu_time_never_sets_the_charge() {
+    let mut sim = Sim::new(20 * MS);
+    // each process claims far more GPU time than its lease had
+    sim.gpu_overrun = u64::MAX / 2;
+    sim.client(1, 0.5, 1.0);
+    sim.client(2, 0.5, 1.0);
+    sim.saturate(1);
+    sim.saturate(2);
+    let shares = sim.run_for(10 * S);
+    assert_near(shares[&1], 0.5, 0.01, "client 1");
+    let a = sim.sched.usage(1, sim.now).unwrap();
+    assert_eq!(
+        a.charged_total,
+        a.grants * 20 * MS,
+        "charged the leases' wall time"
+    );
+    assert_eq!(
+        a.gpu_total,
+        a.grants * 20 * MS,
+        "reports clamped to the wall time"
+    );
+}
+
+#[test]
+fn returning_client_does_not_bank_idle_time() {
+    let mut sim = Sim::new(20 * MS);
+    sim.client(1, 0.5, 1.0);
+    sim.client(2, 0.5, 1.0);
+    sim.saturate(1);
+    sim.run_for(30 * S); // client 1 alone for 30 s
+    sim.saturate(2);
+    let shares = sim.run_for(2 * S);
+    // without the virtual clock, client 2 would hold the GPU for the whole window
+    assert_near(shares[&2], 0.5, 0.02, "returning client");
+}
+
+#[test]
+fn expired_lease_passes_the_token_on() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    let g = s.poll(0).unwrap();
+    assert_eq!(g.session, 10);
+    assert_eq!(s.poll(19 * MS), None, "token is held until the lease ends");
+    assert_eq!(s.next_wakeup(19 * MS), Some(20 * MS));
+    // session 10 hangs and never releases: at the lease end the token moves on
+    let g2 = s.poll(20 * MS).unwrap();
+    assert_eq!(g2.session, 20);
+    assert_eq!(s.usage(1, 20 * MS).unwrap().charged_total, 20 * MS);
+    // its hook comes back later and claims the lease's work ran for an hour: nothing changes
+    s.release(10, 3_600 * S, 31 * MS);
+    assert_eq!(s.usage(1, 31 * MS).unwrap().charged_total, 20 * MS);
+    assert_eq!(
+        s.holder(),
+        Some((2, 20)),
+        "a late release does not touch the new holder"
+    );
+}
+
+#[test]
+fn a_lease_is_kept_through_its_grace_and_released_inside_it() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(5 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    assert_eq!(
+        s.poll(22 * MS),
+        None,
+        "inside the grace the holder keeps the token"
+    );
+    assert_eq!(s.next_wakeup(22 * MS), Some(25 * MS));
+    s.release(10, 21 * MS, 23 * MS);
+    assert_eq!(
+        s.poll(23 * MS).unwrap().session,
+        20,
+        "the release hands it on at once"
+    );
+    s.acquire(1, 10, 23 * MS);
+    assert_eq!(s.usage(1, 23 * MS).unwrap().charged_total, 23 * MS);
+    // a holder that never releases is charged its lease and the grace
+    assert_eq!(s.poll(48 * MS).unwrap().session, 10);
+    s.acquire(2, 20, 48 * MS);
+    assert_eq!(s.usage(2, 48 * MS).unwrap().charged_total, 25 * MS);
+}
+
+/// Several slots, stepped in 1 ms: each session renews at the end of its lease. Returns each
+/// client's held time as a fraction of `span`, and the most leases seen at once.
+fn run_slots(
+    s: &mut Scheduler,
+    sessions: &[(ClientId, SessionId)],
+    span: Nanos,
+) -> (BTreeMap<ClientId, f64>, usize) {
+    let mut leases: Vec<(ClientId, SessionId, Nanos)> = vec![];
+    let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
+    let mut most = 0;
+    for &(c, sid) in sessions {
+        s.acquire(c, sid, 0);
+    }
+    let mut t = 0;
+    while t < span {
+        leases.retain(|&(c, sid, end)| {
+            if end <= t {
+                s.release(sid, 0, t);
+                s.acquire(c, sid, t);
+                false
+            } else {
+                true
+            }
+        });
+        while let Some(g) = s.poll(t) {
+            leases.push((g.client, g.session, t + g.lease_ns));
+            *held.entry(g.client).or_default() += g.lease_ns;
+        }
+        most = most.max(leases.len());
+        t += MS;
+    }
+    (
+        held.into_iter()
+            .map(|(c, ns)| (c, ns as f64 / span as f64))
+            .collect(),
+        most,
+    )
+}
+
+#[test]
+fn slots_bound_how_many_hold_at_once_and_share_fairly() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_slots(2, false);
+    for c in 1..=3 {
+        s.set_client(c, shares(1.0 / 3.0, 1.0), 0);
+    }
+    let (shares, most) = run_slots(&mut s, &[(1, 10), (2, 20), (3, 30)], 30 * S);
+    assert_eq!(most, 2, "never more leases than slots");
+    for c in 1..=3 {
+        assert_near(
+            shares[&c],
+            2.0 / 3.0,
+            0.02,
+            "each of three clients in two slots",
+        );
+    }
+}
+
+#[test]
+fn enough_slots_let_everyone_run_at_once_within_their_limits() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_slots(4, false);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.2, 0.3), 0);
+    // two processes of one client hold a lease each
+    let (shares, most) = run_slots(&mut s, &[(1, 10), (1, 11), (2, 20)], 30 * S);
+    assert_eq!(most, 3);
+    assert_near(shares[&1], 2.0, 0.02, "two sessions, each always holding");
+    // leases that run together share the GPU: each is charged its part of the time
+    let used = s.usage(2, 30 * S).unwrap().share;
+    assert_near(used, 0.3, 0.02, "the limit holds with free slots");
+    assert!(
+        shares[&2] > 0.5,
+        "client 2 held {} of the time, running beside the others",
+        shares[&2]
+    );
+}
+
+#[test]
+fn an_uncontended_holder_extends_its_lease_and_a_contended_one_does_not() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    assert_eq!(
+        s.extend(10, 20 * MS).map(|g| g.lease_ns),
+        Some(20 * MS),
+        "nobody waits"
+    );
+    assert_eq!(s.usage(1, 20 * MS).unwrap().charged_total, 20 * MS);
+    assert_eq!(s.poll(30 * MS), None, "the extended lease runs to 40 ms");
+    assert_eq!(s.extend(20, 30 * MS), None, "only a holder extends");
+    s.acquire(2, 20, 35 * MS);
+    assert_eq!(s.extend(10, 40 * MS), None, "someone waits");
+}
+
+#[test]
+fn extending_does_not_pass_a_limit() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.1, 0.5), 0);
+    s.acquire(1, 10, 0);
+    assert!(s.poll(0).is_some());
+    let mut t = 20 * MS;
+    let mut extended = 0;
+    while s.extend(10, t).map(|g| g.lease_ns) == Some(20 * MS) {
+        extended += 1;
+        t += 20 * MS;
+    }
+    assert!(
+        extended <= 1,
+        "a client limited to half the GPU extended {extended} times in a row"
+    );
+}
+
+#[test]
+fn gone_session_frees_the_token_and_its_place_in_line() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.0, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(1, 11, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    s.session_gone(10, 5 * MS);
+    assert_eq!(s.holder(), None);
+    s.session_gone(11, 5 * MS);
+    assert_eq!(s.poll(5 * MS), None);
+    assert_eq!(s.next_wakeup(5 * MS), None);
+    assert_eq!(s.usage(1, 5 * MS).unwrap().charged_total, 5 * MS);
+}
+
+#[test]
+fn waiting_for_a_grant_is_measured_per_process_and_client() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10, "granted at once");
+    s.acquire(2, 20, 5 * MS);
+    s.acquire(2, 21, 8 * MS);
+    assert_eq!(s.poll(5 * MS), None);
+    // waits going on count up to now
+    assert_eq!(s.session_usage(20, 15 * MS).waited, 10 * MS);
+    assert_eq!(s.usage(2, 15 * MS).unwrap().waited_total, 10 * MS + 7 * MS);
+    // asking again while in line changes nothing
+    s.acquire(2, 20, 16 * MS);
+    s.release(10, 0, 20 * MS);
+    assert_eq!(s.poll(20 * MS).unwrap().session, 20);
+    let u = s.session_usage(20, 30 * MS);
+    assert_eq!((u.waited, u.grants, u.charged), (15 * MS, 1, 0));
+    let a = s.session_usage(10, 30 * MS);
+    assert_eq!((a.waited, a.grants, a.charged), (0, 1, 20 * MS));
+    // a process that goes while in line: its wait ends there
+    s.session_gone(21, 25 * MS);
+    assert_eq!(s.take_session_usage(21, 40 * MS).waited, 17 * MS);
+    assert_eq!(s.take_session_usage(21, 40 * MS), SessionUsage::default());
+    assert_eq!(s.usage(2, 40 * MS).unwrap().waited_total, 15 * MS + 17 * MS);
+    // a charge reaches the holder's books at release
+    s.release(20, 0, 32 * MS);
+    assert_eq!(s.session_usage(20, 40 * MS).charged, 12 * MS);
+    assert_eq!(s.usage(1, 40 * MS).unwrap().waited_total, 0);
+}
+
+#[test]
+fn sessions_of_one_client_take_turns() {
+    let mut s = Scheduler::new(MS, 0);
+    s.set_client(1, shares(0.0, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(1, 11, 0);
+    let mut order = vec![];
+    let mut now = 0;
+    for _ in 0..4 {
+        let g = s.poll(now).unwrap();
+        order.push(g.session);
+        now += MS;
+        s.release(g.session, 0, now);
+        s.acquire(1, g.session, now);
+    }
+    assert_eq!(order, vec![10, 11, 10, 11]);
+}
+
+#[test]
+fn removed_client_loses_the_token() {
+    let mut s = Scheduler::new(MS, 0);
+    s.set_client(1, shares(0.0, 1.0), 0);
+    s.acquire(1, 10, 0);
+    assert!(s.poll(0).is_some());
+    s.remove_client(1, 0);
+    assert_eq!(s.holder(), None);
+    s.acquire(1, 10, 0); // unknown client: ignored
+    assert_eq!(s.poll(0), None);
+}
+
+/// Without MPS: grants `sessions` (one per client) in turn, each process keeping the GPU busy
+/// for `busy` of its leases; returns the most leases seen at once after the demand estimates
+/// settled, and each client's held time as a fraction of the last `span`.
+fn run_gated(
+    s: &mut Scheduler,
+    sessions: &[(ClientId, SessionId, f64)],
+    span: Nanos,
+) -> (usize, BTreeMap<ClientId, f64>) {
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
+    let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
+    let mut most = 0;
+    let busy = |sid: SessionId| sessions.iter().find(|x| x.1 == sid).unwrap().2;
+    for &(c, sid, _) in sessions {
+        s.acquire(c, sid, 0);
+    }
+    let mut t = 0;
+    while t < 2 * span {
+        leases.retain(|&(c, sid, start, end)| {
+            if end <= t {
+                let wall = t - start;
+                s.release(sid, (wall as f64 * busy(sid)) as Nanos, t);
+                s.acquire(c, sid, t);
+                false
+            } else {
+                true
+            }
+        });
+        while let Some(g) = s.poll(t) {
+            leases.push((g.client, g.session, t, t + g.lease_ns));
+            if t >= span {
+                *held.entry(g.client).or_default() += g.lease_ns;
+            }
+        }
+        if t >= span {
+            most = most.max(leases.len());
+        }
+        t += MS;
+    }
+    let fractions = held
+        .into_iter()
+        .map(|(c, ns)| (c, ns as f64 / span as f64))
+        .collect();
+    (most, fractions)
+}
+
+fn gated(quantum: Nanos) -> Scheduler {
+    let mut s = Scheduler::new(quantum, 0);
+    s.set_slots(usize::MAX, true);
+    s
+}
+
+#[test]
+fn processes_that_leave_the_gpu_idle_hold_leases_together() {
+    let mut s = gated(20 * MS);
+    let sessions: Vec<_> = (1..=8).map(|c| (c, c * 10, 0.1)).collect();
+    for c in 1..=8 {
+        s.set_client(c, shares(0.125, 1.0), 0);
+    }
+    let (most, held) = run_gated(&mut s, &sessions, 10 * S);
+    assert!(
+        most >= 8,
+        "8 processes busy 10% each: {most} leases at once"
+    );
+    for c in 1..=8 {
+        assert!(held[&c] > 0.95, "client {c} held {}", held[&c]);
+    }
+    assert!(s.demand(10).unwrap() < 0.15, "{:?}", s.demand(10));
+}
+
+#[test]
+fn saturating_processes_hold_leases_alone_and_keep_their_shares() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    let (most, held) = run_gated(&mut s, &[(1, 10, 1.0), (2, 20, 1.0)], 20 * S);
+    assert_eq!(most, 1, "saturating processes never overlap");
+    assert_near(held[&1], 0.75, 0.01, "client 1");
+    assert_near(held[&2], 0.25, 0.01, "client 2");
+}
+
+#[test]
+fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    for c in 2..=5 {
+        s.set_client(c, shares(0.125, 1.0), 0);
+    }
+    let mut sessions = vec![(1, 10, 1.0)];
+    sessions.extend((2..=5).map(|c| (c, c * 10, 0.1)));
+    let (most, held) = run_gated(&mut s, &sessions, 20 * S);
+    // the light ones take 0.4 in the driver's turns, less than their due: the heavy one
+    // gets the rest, more than its request
+    assert_eq!(most, 5);
+    for c in 1..=5 {
+        assert!(held[&c] > 0.95, "client {c} held {}", held[&c]);
+    }
+}
+
+#[test]
+fn a_process_that_would_take_more_than_its_due_in_equal_turns_does_not_overlap() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    // client 2 is half busy: in equal turns it would take 0.45 of the GPU, due 0.25
+    let (most, held) = run_gated(&mut s, &[(1, 10, 1.0), (2, 20, 0.5)], 20 * S);
+    assert_eq!(most, 1);
+    assert_near(held[&1], 0.75, 0.01, "client 1");
+    assert_near(held[&2], 0.25, 0.01, "client 2");
+}
+
+/// Three processes of a client with request 0.75 and one of a client with 0.25 weigh the
+/// same each: the driver's equal turns give the clients 0.75 / 0.25, so all four overlap,
+/// extend their leases while nobody waits, and are never probed.
+#[test]
+fn processes_of_equal_weight_overlap_whatever_their_demands() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    let procs = [(1, 10), (1, 11), (1, 12), (2, 20)];
+    for (c, sid) in procs {
+        s.acquire(c, sid, 0);
+    }
+    let mut t = 0;
+    let mut granted = vec![];
+    while let Some(g) = s.poll(t) {
+        granted.push(g);
+    }
+    assert_eq!(granted.len(), 4, "{granted:?}");
+    assert!(granted[1..].iter().all(|g| g.shared));
+    for _ in 0..(3 * demand::PROBE_EVERY / (20 * MS)) {
+        t += 20 * MS;
+        for g in &granted {
+            let e = s.extend(g.session, t).expect("nobody waits: extended");
+            assert!(e.shared && e.lease_ns == 20 * MS, "{e:?}");
+        }
+    }
+    // one of them renews, busy all along beside the others: still no probe, all four again
+    s.release(10, 20 * MS, t);
+    s.acquire(1, 10, t);
+    let g = s.poll(t).unwrap();
+    assert_eq!((g.session, g.lease_ns, g.shared), (10, 20 * MS, true));
+    assert_eq!(s.holder_count(), 4);
+    // a client of another weight waiting stops the extensions
+    s.set_client(3, shares(0.5, 1.0), t);
+    s.acquire(3, 30, t);
+    assert_eq!(
+        s.poll(t),
+        None,
+        "heavy processes of other weights: it waits"
+    );
+    assert_eq!(s.extend(11, t + MS), None);
+}
+
+/// Beside an active interactive client, batch processes of equal weights overlap only as
+/// far as their demands fit: its next request then waits for one bounded queue, not several.
+#[test]
+fn equal_weights_overlap_only_by_demand_while_an_interactive_client_is_active() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    let live = Shares {
+        request: 0.0,
+        limit: 1.0,
+        interactive: true,
+    };
+    s.set_client(2, live, 0);
+    s.acquire(2, 20, 0);
+    assert_eq!(s.poll(0).unwrap().session, 20);
+    s.release(20, MS, MS);
+    s.acquire(1, 10, MS);
+    s.acquire(1, 11, MS);
+    assert_eq!(s.poll(MS).unwrap().session, 10);
+    assert_eq!(s.poll(MS), None, "two at demand 0.5 do not fit");
+    s.release(10, 20 * MS, 21 * MS);
+    s.acquire(1, 10, 21 * MS);
+    assert_eq!(s.poll(21 * MS).unwrap().session, 11);
+    assert_eq!(s.poll(21 * MS), None);
+    // a second after the interactive client's last lease, they run together
+    let t = MS + INTERACTIVE_RECENT;
+    s.release(11, 20 * MS, t);
+    s.acquire(1, 11, t);
+    assert!(s.poll(t).is_some());
+    assert!(s.poll(t).is_some(), "equal weights overlap again");
+}
+
+#[test]
+fn an_interactive_client_runs_at_once_and_batch_leases_are_revoked() {
+    let mut s = gated(20 * MS);
+    s.set_grace(5 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(
+        2,
+        Shares {
+            request: 0.0,
+            limit: 1.0,
+            interactive: true,
+        },
+        0,
+    );
+    s.acquire(1, 10, 0);
+    let g = s.poll(0).unwrap();
+    assert_eq!(g.session, 10);
+    assert!(!g.tight, "no interactive client yet: a queue as usual");
+    assert!(s.take_revoked().is_empty());
+    s.acquire(2, 20, 3 * MS);
+    let g = s.poll(3 * MS).expect("interactive client granted at once");
+    assert_eq!(g.session, 20);
+    assert!(!g.tight, "the interactive lease itself is not held back");
+    assert_eq!(
+        s.take_revoked(),
+        vec![10],
+        "the batch holder is told to stop"
+    );
+    assert_eq!(s.holder_count(), 2, "the batch holder drains beside it");
+    assert_eq!(
+        s.extend(10, 4 * MS),
+        None,
+        "a revoked lease is not extended"
+    );
+    // the batch process (busy all along) releases after its queue drained, then waits again
+    s.release(10, 4 * MS, 4 * MS);
+    s.acquire(1, 10, 4 * MS);
+    assert_eq!(
+        s.poll(4 * MS),
+        None,
+        "batch waits while the interactive lease runs"
+    );
+    // the interactive process goes idle and gives the lease back: batch resumes, with a
+    // short queue while the interactive client was active lately
+    s.release(20, MS, 6 * MS);
+    let g = s.poll(6 * MS).unwrap();
+    assert_eq!(g.session, 10);
+    assert!(g.tight);
+    // a revoked holder that does not release loses the token after the grace
+    s.acquire(2, 20, 7 * MS);
+    assert_eq!(s.poll(7 * MS).unwrap().session, 20);
+    assert_eq!(s.take_revoked(), vec![10]);
+    s.release(20, MS, 8 * MS);
+    assert_eq!(s.poll(8 * MS), None);
+    assert_eq!(
+        s.next_wakeup(8 * MS),
+        Some(12 * MS),
+        "revoked at 7 ms, grace 5 ms"
+    );
+    assert_eq!(s.poll(12 * MS), None);
+    assert_eq!(s.holder_count(), 0);
+    // lately active: batch leases and their extensions keep short queues; long after the
+    // interactive client's last lease, queues as usual
+    s.acquire(1, 10, 13 * MS);
+    assert!(s.poll(13 * MS).unwrap().tight);
+    assert!(s.extend(10, 14 * MS).unwrap().tight);
+    let later = 8 * MS + INTERACTIVE_RECENT;
+    assert!(!s.extend(10, later).unwrap().tight);
+}
+
+#[test]
+fn an_interactive_client_keeps_to_its_limit() {
+    let mut s = gated(20 * MS);
+    s.set_client(
+        1,
+        Shares {
+            request: 0.0,
+            limit: 0.1,
+            interactive: true,
+        },
+        0,
+    );
+    s.acquire(1, 10, 0);
+    assert!(s.poll(0).is_some());
+    s.release(10, 40 * MS, 40 * MS);
+    s.acquire(1, 10, 40 * MS);
+    assert_eq!(s.poll(40 * MS), None, "out of credit");
+    assert!(s.next_wakeup(40 * MS).unwrap() > 40 * MS);
+}
+
+#[test]
+fn demand_follows_what_processes_report_within_their_wall_time() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    assert_eq!(s.demand(10), Some(demand::INITIAL_DEMAND));
+    let mut t = 0;
+    for _ in 0..20 {
+        assert!(s.poll(t).is_some());
+        t += 20 * MS;
+        s.release(10, u64::MAX, t);
+        s.acquire(1, 10, t);
+    }
+    assert!(s.demand(10).unwrap() > 0.99, "clamped claims count as busy");
+    for _ in 0..20 {
+        assert!(s.poll(t).is_some());
+        t += 20 * MS;
+        s.release(10, 0, t);
+        s.acquire(1, 10, t);
+    }
+    assert!(s.demand(10).unwrap() < 0.01);
+    s.session_gone(10, t);
+    assert_eq!(s.demand(10), None);
+}
+
+/// Eight light processes (12% busy alone) that look busy beside each other, as their work
+/// waits for the others' time slices (measured on an H100: 95% busy four at a time): the
+/// inflated samples do not raise their estimates, so they keep running together, and the
+/// probes that check them alone take a small part of the time.
+#[test]
+fn light_processes_keep_overlapping_though_they_look_busy_together() {
+    let mut s = gated(20 * MS);
+    for c in 1..=8 {
+        s.set_client(c, shares(0.1, 1.0), 0);
+        s.acquire(c, c * 10, 0);
+    }
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
+    let (mut t, mut held, mut probe_time) = (0, 0u64, 0u64);
+    let span = 10 * S;
+    while t < span {
+        let together = leases.len();
+        leases.retain(|&(c, sid, start, end)| {
+            if end > t {
+                return true;
+            }
+            let wall = t - start;
+            let busy = if together > 1 { 0.95 } else { 0.12 };
+            s.release(sid, (wall as f64 * busy) as Nanos, t);
+            s.acquire(c, sid, t);
+            false
+        });
+        while let Some(g) = s.poll(t) {
+            if t >= span / 2 && g.lease_ns < 20 * MS {
+                probe_time += g.lease_ns;
+            }
+            leases.push((g.client, g.session, t, t + g.lease_ns));
+        }
+        if t >= span / 2 {
+            held += leases.len() as u64;
+        }
+        t += MS;
+    }
+    let mean = held as f64 / (span / 2 / MS) as f64;
+    assert!(mean >= 6.0, "{mean:.2} leases at once on average");
+    assert!(
+        probe_time < span / 2 / 10,
+        "probes took {} ms of {} ms",
+        probe_time / MS,
+        span / 2 / MS
+    );
+}
+
+/// A lease that starts beside others (by demand) says so, so that its process does not hold
+/// its launches back for a queue that is long only because of the others' work.
+#[test]
+fn leases_beside_others_are_marked_shared() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    for (c, sid) in [(1, 10), (2, 20)] {
+        s.acquire(c, sid, 0);
+        let g = s.poll(0).unwrap();
+        assert!(!g.shared, "alone");
+        s.release(g.session, MS, 20 * MS);
+        s.acquire(c, sid, 20 * MS);
+    }
+    let a = s.poll(20 * MS).unwrap();
+    let b = s.poll(20 * MS).unwrap();
+    assert!(!a.shared && b.shared, "{a:?} {b:?}");
+    // under MPS (not gated by demand) leases run together without the flag
+    let mut m = Scheduler::new(20 * MS, 0);
+    m.set_slots(usize::MAX, false);
+    m.set_client(1, shares(0.5, 1.0), 0);
+    m.acquire(1, 10, 0);
+    m.acquire(1, 11, 0);
+    assert!(!m.poll(0).unwrap().shared);
+    assert!(!m.poll(0).unwrap().shared);
+}
+
+/// Two processes that overlap while they are light ask again at every lease's end, so that
+/// their demands stay measured: once they keep the GPU busy, they take turns by request.
+#[test]
+fn overlapping_leases_are_not_extended_and_grown_demands_take_turns() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    for (c, sid) in [(1, 10), (2, 20)] {
+        s.acquire(c, sid, 0);
+        // light at first: a lease that kept the GPU idle
+        let g = s.poll(0).unwrap();
+        s.release(g.session, 0, 20 * MS);
+        s.acquire(c, sid, 20 * MS);
+    }
+    let mut t = 20 * MS;
+    let a = s.poll(t).unwrap();
+    let b = s.poll(t).unwrap();
+    assert_eq!(s.holder_count(), 2, "light processes run together");
+    assert_eq!(s.extend(a.session, t + 20 * MS), None);
+    assert_eq!(s.extend(b.session, t + 20 * MS), None);
+    // from now on both keep the GPU busy for whole leases: beside each other that is
+    // ambiguous (they may only wait for each other), so each is probed alone, then they
+    // take turns
+    let mut most = 0;
+    for _ in 0..(2 * demand::PROBE_EVERY / (20 * MS)) {
+        t += 20 * MS;
+        for h in [a, b] {
+            s.release(h.session, 20 * MS, t);
+            s.acquire(h.client, h.session, t);
+        }
+        while s.poll(t).is_some() {}
+        most = s.holder_count();
+    }
+    assert_eq!(most, 1, "heavy processes hold leases one at a time");
+    let alone = s.holder().unwrap().1;
+    assert!(s.extend(alone, t + 20 * MS).is_none(), "the other waits");
+}
+
+/// The drift of large-kernel jobs (0.75/0.25 measured as 0.6/0.39): the daemon polls the
+/// scheduler on every event, also during a lease, and the virtual clock used to follow only
+/// the waiting clients. A holder that renewed (released, then waiting again) was moved up to
+/// the waiting one's virtual time and lost its lead, so leases went closer to 1:1.
+#[test]
+fn polls_during_a_lease_do_not_cost_the_holder_its_lead() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    let mut t = 0;
+    let mut order = vec![];
+    for _ in 0..16 {
+        let g = s.poll(t).unwrap();
+        order.push(g.client);
+        for step in 1..20 {
+            assert_eq!(s.poll(t + step * MS), None);
+        }
+        t += 20 * MS;
+        s.release(g.session, 20 * MS, t);
+        s.acquire(g.client, g.session, t);
+    }
+    let ones = order.iter().filter(|c| **c == 1).count();
+    assert_eq!(ones, 12, "leases {order:?}");
+}
