@@ -54,6 +54,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         events.clone(),
     )));
     let wake = Arc::new(Notify::new());
+    let registrations_dir = state_dir.clone();
     if let Some(dir) = &state_dir {
         registrations::restore(&state, dir);
         tokio::spawn(registrations::keep(
@@ -215,6 +216,9 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopping");
     service_notify::stopping();
+    if let Some(dir) = &registrations_dir {
+        registrations::save(&state, dir);
+    }
     accounting::finish(accounting).await;
     gpu.stop().await;
     drop(bus);

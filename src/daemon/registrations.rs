@@ -1,11 +1,11 @@
 //! Clients registered over D-Bus outlive restarts: they are kept in `clients.toml` in the state
 //! directory, as `[clients.NAME]` tables of the config's own format, written (to a new file,
-//! renamed into place) whenever a registered client is added, changed or removed, and registered
-//! again when the daemon starts.
+//! renamed into place) whenever a registered client is added, changed or removed, and at stop,
+//! and registered again when the daemon starts.
 //!
 //! The file is read with the config's parser, so that what it holds is checked like the config.
 //! A client it names that the config now names too stays the config's; an entry that fails the
-//! checks is logged and left out, and the file is kept as it was until the next change.
+//! checks is logged and left out, and the file is kept as it was until the next change or stop.
 
 use super::state::{Event, State};
 use crate::config::{ClientSpec, Config};
@@ -93,36 +93,42 @@ pub fn restore(state: &Mutex<State>, dir: &Path) {
 
 /// Writes the registered clients to `dir` after every change, off the state's lock.
 pub async fn keep(state: Arc<Mutex<State>>, dir: PathBuf, mut events: broadcast::Receiver<Event>) {
-    let mut written = render(
-        &state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .registered_specs(),
-    );
     loop {
         match events.recv().await {
             Ok(Event::Changed { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {}
             Ok(_) => continue,
             Err(broadcast::error::RecvError::Closed) => return,
         }
-        let text = render(
-            &state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .registered_specs(),
+        let (state, dir) = (state.clone(), dir.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || save(&state, &dir)).await {
+            tracing::warn!("cannot keep the registered clients: {e}");
+        }
+    }
+}
+
+/// Writes the clients registered now, where the file holds something else; also the last write
+/// at stop, so that a change made just before (its write still pending in [`keep`]) is not lost.
+/// Writes run one at a time and each renders the state when it runs, so the last one written is
+/// the latest.
+pub fn save(state: &Mutex<State>, dir: &Path) {
+    static WRITING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let text = render(
+        &state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .registered_specs(),
+    );
+    let on_disk = std::fs::read_to_string(dir.join(FILE)).ok();
+    // nothing registered and no file: nothing to keep
+    if on_disk.as_deref() == Some(text.as_str()) || (on_disk.is_none() && text == render(&[])) {
+        return;
+    }
+    if let Err(e) = write(dir, &text) {
+        tracing::warn!(
+            "cannot keep the registered clients in {}: {e}",
+            dir.join(FILE).display()
         );
-        if text == written {
-            continue;
-        }
-        let (dir2, text2) = (dir.clone(), text.clone());
-        match tokio::task::spawn_blocking(move || write(&dir2, &text2)).await {
-            Ok(Ok(())) => written = text,
-            Ok(Err(e)) => tracing::warn!(
-                "cannot keep the registered clients in {}: {e}",
-                dir.join(FILE).display()
-            ),
-            Err(e) => tracing::warn!("cannot keep the registered clients: {e}"),
-        }
     }
 }
 
@@ -176,6 +182,40 @@ mod tests {
         let mut back = parse(&render(&specs)).unwrap();
         back.sort_by(|a, b| b.name.cmp(&a.name));
         assert_eq!(back, specs);
+    }
+
+    #[test]
+    fn the_last_save_at_stop_keeps_what_is_registered_now() {
+        let (tx, _rx) = broadcast::channel(8);
+        let config = Config::parse("").unwrap();
+        let state = Mutex::new(State::new(config, "/etc/gpushare/gpushare.toml".into(), tx));
+        let dir = tempfile::tempdir().unwrap();
+        save(&state, dir.path());
+        assert!(
+            !dir.path().join(FILE).exists(),
+            "nothing registered, no file"
+        );
+        let spec = ClientSpec {
+            name: "gone".into(),
+            share: Share {
+                request: 0.1,
+                limit: 1.0,
+                memory: None,
+                interactive: false,
+            },
+            mps: MpsShare::default(),
+            memory_mode: MemoryMode::default(),
+            access: Access::default(),
+        };
+        state.lock().unwrap().register(spec).unwrap();
+        save(&state, dir.path());
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert_eq!(parse(&text).unwrap().len(), 1);
+        // unregistered just before the stop: the file says so
+        state.lock().unwrap().unregister("gone").unwrap();
+        save(&state, dir.path());
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(parse(&text).unwrap().is_empty(), "{text}");
     }
 
     #[test]
