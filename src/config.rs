@@ -164,6 +164,25 @@ pub struct ClientSpec {
     pub access: Access,
 }
 
+#[cfg(test)]
+impl ClientSpec {
+    /// A client with `request`, no limit, cap or other setting (for tests).
+    pub fn plain(name: &str, request: f64) -> ClientSpec {
+        ClientSpec {
+            name: name.into(),
+            share: Share {
+                request,
+                limit: 1.0,
+                memory: None,
+                interactive: false,
+            },
+            mps: MpsShare::default(),
+            memory_mode: MemoryMode::default(),
+            access: Access::default(),
+        }
+    }
+}
+
 /// Default of `daemon.max_processes_per_user`: bounds what one user's processes can make the
 /// daemon hold, far above what a lab user runs.
 pub const DEFAULT_MAX_PROCESSES_PER_USER: usize = 1024;

@@ -179,22 +179,27 @@ const TWO_HALVES: &str = "[daemon]\nquantum = \"300ms\"\nconcurrent_leases = 1\n
 /// unequal weights whose demand is not known yet.
 #[test]
 fn by_default_equal_weights_share_the_gpu_and_unequal_ones_take_turns() {
-    let clients = |ra: f64, rb: f64| {
-        format!(
-            "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = {ra}\nusers = [\"*\"]\n\
-             [clients.b]\nrequest = {rb}\nusers = [\"*\"]\n"
-        )
+    // clients a and b with these requests; a holds a lease, then b asks for one
+    let a_holds = |ra: f64, rb: f64| {
+        let d = Daemon::start(
+            &format!(
+                "[daemon]\nquantum = \"300ms\"\n[clients.a]\nrequest = {ra}\nusers = [\"*\"]\n\
+                 [clients.b]\nrequest = {rb}\nusers = [\"*\"]\n"
+            ),
+            None,
+        );
+        let (mut a, mut b) = (d.connect(), d.connect());
+        a.hello("a");
+        b.hello("b");
+        a.send(&Request::Acquire { device: GPU0 });
+        assert!(matches!(
+            a.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ));
+        b.send(&Request::Acquire { device: GPU0 });
+        (d, a, b)
     };
-    let d = Daemon::start(&clients(0.5, 0.5), None);
-    let (mut a, mut b) = (d.connect(), d.connect());
-    a.hello("a");
-    b.hello("b");
-    a.send(&Request::Acquire { device: GPU0 });
-    assert!(matches!(
-        a.recv_within(Duration::from_secs(1)),
-        Some(Reply::Grant { .. })
-    ));
-    b.send(&Request::Acquire { device: GPU0 });
+    let (d, _a, mut b) = a_holds(0.5, 0.5);
     assert_eq!(
         b.recv_within(Duration::from_millis(200)),
         Some(Reply::Grant {
@@ -205,16 +210,7 @@ fn by_default_equal_weights_share_the_gpu_and_unequal_ones_take_turns() {
     );
     drop(d);
 
-    let d = Daemon::start(&clients(0.75, 0.25), None);
-    let (mut a, mut b) = (d.connect(), d.connect());
-    a.hello("a");
-    b.hello("b");
-    a.send(&Request::Acquire { device: GPU0 });
-    assert!(matches!(
-        a.recv_within(Duration::from_secs(1)),
-        Some(Reply::Grant { .. })
-    ));
-    b.send(&Request::Acquire { device: GPU0 });
+    let (_d, mut a, mut b) = a_holds(0.75, 0.25);
     assert_eq!(
         b.recv_within(Duration::from_millis(100)),
         None,

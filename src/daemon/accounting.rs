@@ -376,8 +376,8 @@ impl Accounting {
 
 impl Accounting {
     /// Weighs the clients by their decayed usage while `daemon.fairshare_half_life` is set
-    /// (blocking: disk I/O); clears the weighing otherwise, or when there is no accounting to
-    /// read it from.
+    /// (blocking: disk I/O), as written so far (call it after [`Accounting::flush`]); clears the
+    /// weighing otherwise, or when there is no accounting to read it from.
     pub fn update_fair_share(&self) {
         let half_life = lock(&self.state).config.daemon.fairshare_half_life;
         let usage = match (half_life, &self.store) {
@@ -389,8 +389,6 @@ impl Accounting {
                 None
             }
             (Some(half_life), Ok(store)) => {
-                // what the tally holds counts too
-                let _ = self.flush();
                 let store = lock(store);
                 match store.decayed_usage(unix_now(), half_life) {
                     Ok(u) => Some(u),

@@ -166,18 +166,7 @@ mod tests {
                     groups: vec!["lab \"a\"".into()],
                 },
             },
-            ClientSpec {
-                name: "b".into(),
-                share: Share {
-                    request: 0.0,
-                    limit: 1.0,
-                    memory: None,
-                    interactive: false,
-                },
-                mps: MpsShare::default(),
-                memory_mode: MemoryMode::default(),
-                access: Access::default(),
-            },
+            ClientSpec::plain("b", 0.0),
         ];
         let mut back = parse(&render(&specs)).unwrap();
         back.sort_by(|a, b| b.name.cmp(&a.name));
@@ -195,19 +184,11 @@ mod tests {
             !dir.path().join(FILE).exists(),
             "nothing registered, no file"
         );
-        let spec = ClientSpec {
-            name: "gone".into(),
-            share: Share {
-                request: 0.1,
-                limit: 1.0,
-                memory: None,
-                interactive: false,
-            },
-            mps: MpsShare::default(),
-            memory_mode: MemoryMode::default(),
-            access: Access::default(),
-        };
-        state.lock().unwrap().register(spec).unwrap();
+        state
+            .lock()
+            .unwrap()
+            .register(ClientSpec::plain("gone", 0.1))
+            .unwrap();
         save(&state, dir.path());
         let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert_eq!(parse(&text).unwrap().len(), 1);

@@ -213,6 +213,29 @@ fn two_sessions_alternate_and_a_dead_holder_passes_the_token() {
     assert!(matches!(rb.try_recv(), Ok(Reply::Grant { .. })));
 }
 
+/// Runs `turns` leases between sessions `a` and `b` that both wait for GPU 0, whoever holds the
+/// token renewing it at once, as the hook does at a lease's end; the leases each got.
+fn renewing_turns(
+    s: &mut State,
+    (a, ra): (SessionId, &mut mpsc::UnboundedReceiver<Reply>),
+    (b, rb): (SessionId, &mut mpsc::UnboundedReceiver<Reply>),
+    turns: usize,
+) -> (usize, usize) {
+    let mut grants = (0, 0);
+    for _ in 0..turns {
+        if matches!(ra.try_recv(), Ok(Reply::Grant { .. })) {
+            grants.0 += 1;
+            s.renew(a, GPU0, 1);
+        } else if matches!(rb.try_recv(), Ok(Reply::Grant { .. })) {
+            grants.1 += 1;
+            s.renew(b, GPU0, 1);
+        } else {
+            panic!("nobody holds the token");
+        }
+    }
+    grants
+}
+
 #[test]
 fn renewing_holder_is_weighed_against_the_waiting_ones() {
     let (mut s, _rx) = state("[clients.big]\nrequest = 0.9\nusers=[\"*\"]\n[clients.small]\nrequest = 0.1\nusers=[\"*\"]\n");
@@ -222,17 +245,7 @@ fn renewing_holder_is_weighed_against_the_waiting_ones() {
     let (b, _) = s.attach(&user(1, "u"), 2, "small", &[], tb).unwrap();
     s.acquire(a, GPU0);
     s.acquire(b, GPU0);
-    let mut grants = (0, 0);
-    for _ in 0..20 {
-        // whoever holds the token renews it at once, as the hook does at a lease's end
-        if matches!(ra.try_recv(), Ok(Reply::Grant { .. })) {
-            grants.0 += 1;
-            s.renew(a, GPU0, 1);
-        } else if matches!(rb.try_recv(), Ok(Reply::Grant { .. })) {
-            grants.1 += 1;
-            s.renew(b, GPU0, 1);
-        }
-    }
+    let grants = renewing_turns(&mut s, (a, &mut ra), (b, &mut rb), 20);
     // a release followed by a separate acquire would alternate 10/10
     assert!(grants.0 >= 15, "big got {} of 20 leases", grants.0);
 }
@@ -263,18 +276,7 @@ fn fair_share_weighs_clients_by_their_decayed_usage() {
     assert_eq!(s.fair_factor("a"), 0.25);
     s.acquire(a, GPU0);
     s.acquire(b, GPU0);
-    let mut grants = (0, 0);
-    for _ in 0..50 {
-        if matches!(ra.try_recv(), Ok(Reply::Grant { .. })) {
-            grants.0 += 1;
-            s.renew(a, GPU0, 1);
-        } else if matches!(rb.try_recv(), Ok(Reply::Grant { .. })) {
-            grants.1 += 1;
-            s.renew(b, GPU0, 1);
-        } else {
-            panic!("nobody holds the token");
-        }
-    }
+    let grants = renewing_turns(&mut s, (a, &mut ra), (b, &mut rb), 50);
     // weights 0.125 and 0.5: b gets about four leases for each of a's
     assert!(grants.1 >= 3 * grants.0, "a {} b {}", grants.0, grants.1);
     // off again: equal requests weigh the same
@@ -285,18 +287,7 @@ fn fair_share_weighs_clients_by_their_decayed_usage() {
 #[test]
 fn management_rules() {
     let (mut s, mut rx) = state(CFG);
-    let spec = |name: &str, request: f64| ClientSpec {
-        name: name.into(),
-        share: Share {
-            request,
-            limit: 1.0,
-            memory: None,
-            interactive: false,
-        },
-        mps: MpsShare::default(),
-        memory_mode: MemoryMode::default(),
-        access: Access::default(),
-    };
+    let spec = ClientSpec::plain;
     let e = s.register(spec("big", 0.6)).unwrap_err();
     assert!(
         matches!(&e, StateError::InvalidArgument(m) if m.contains("add up to 1.100")),
