@@ -4,16 +4,26 @@
 # together, each printing the wall time of its steps, in these modes (MODES, in this order in odd
 # rounds and reversed in even ones, ROUNDS rounds):
 #   timeslice       no gpushare: the driver's time-slicing
+#   timeslice_users the same, each job run by its own Unix user (gsbench1-8, created when
+#                   missing)
+#   hook_only       the hook loaded but no daemon (GPUSHARE_NO_DAEMON=passthrough): what
+#                   intercepting the driver alone costs
 #   gpushare        a fresh gpushared with the default configuration (only the [gpu] table
 #                   every benchmark daemon has: no MPS, so one lease at a time unless the GPU
 #                   has room); every job attaches without naming a client, as the calling
 #                   user's default client
 #   gpushare_users  the same, each job run by its own Unix user (gsbench1-8, created when
 #                   missing), so each is its own user's default client
+#   MODE_alt        (hook_only, gpushare, gpushare_users) the same with the libgpushare.so of
+#                   $ALT_TARGET: two builds of the hook side by side
+# For the gpushare modes, each job's hook counters (GPUSHARE_STATS=1) go to PHASE.stats.txt and
+# the daemon's status (`gpushare status --json`) 1 s and 3 s into the
+# steps goes to PHASE.status1.json and PHASE.status3.json: the grants and waits between them.
 #   bench/throughput/launch_bound.sh [OUTPUT_DIR]      (run as root)
 # Aggregate throughput = the jobs' steps over the time from the first job's first step to the
-# last job's last; the summary gives it per mode and round, and the ratio gpushare /
-# time-slicing per round (and over all rounds).
+# last job's last; the summary gives it per mode and round, the jobs' mean wall and CPU time
+# (all threads) over their steps, and the ratio of each mode to time-slicing per round (and over
+# all rounds).
 # Environment: JOBS [8], STEPS [1000], ITEM_EVERY [10] (loss.item() every that many steps),
 # ROUNDS [2], MODES [timeslice gpushare gpushare_users], STARTUP [15] seconds for the jobs to
 # start before their steps begin together, BUDGET [450] seconds after which runs not yet started
@@ -40,20 +50,24 @@ mkdir -p "$outdir"
 : >"$out"
 log() { echo "$*" >&2; }
 
+# sleep_until T S: until S seconds after the time.time() T
+sleep_until() { python3 -c "import time; time.sleep(max(0, $1 + $2 - time.time()))"; }
+
 # run MODE ROUND: the jobs at once, phase MODE.rROUND
 run() {
-  local mode=$1 r=$2 phase=$1.r$2 i u e pids=() files=() start f
+  local mode=$1 r=$2 phase=$1.r$2 i u e pids=() files=() start f base=${1%_alt} lib=$work/lib/libgpushare.so
+  [[ $mode == *_alt ]] && lib=$work/lib/alt/libgpushare.so
   log "== round $r: $mode"
   if ((SECONDS + startup + 60 > budget)); then
     json_line phase="$phase" mode="$mode" round="$r" error="skipped: ${SECONDS}s gone, BUDGET=$budget" >>"$out"
     return
   fi
-  if [[ $mode == gpushare* ]]; then
+  if [[ $base != timeslice* && ! -f $lib ]]; then
+    json_line phase="$phase" mode="$mode" round="$r" error="no hook library for $mode" >>"$out"
+    return
+  fi
+  if [[ $base == gpushare* ]]; then
     gpu_toml false >"$work/gpushare.toml"
-    if [[ ! -f $work/lib/libgpushare.so ]]; then
-      json_line phase="$phase" mode="$mode" round="$r" error="no $target/libgpushare.so" >>"$out"
-      return
-    fi
     gpushared_start "$work/gpushare.toml" "$outdir/launch_bound.gpushared.log" || {
       json_line phase="$phase" mode="$mode" round="$r" error="gpushared did not start" >>"$out"
       gpushared_stop
@@ -64,8 +78,9 @@ run() {
   start=$(at "$startup")
   for i in $(seq "$njobs"); do
     u="" e=""
-    [[ $mode == gpushare* ]] && e=$uhook
-    [[ $mode == gpushare_users ]] && u=gsbench$i
+    [[ $base == gpushare* ]] && e="LD_PRELOAD=$lib GPUSHARE_SOCKET=$work/run/gpushare.sock GPUSHARE_NO_DAEMON=refuse GPUSHARE_STATS=1"
+    [[ $base == hook_only ]] && e="LD_PRELOAD=$lib GPUSHARE_SOCKET=$work/no-daemon.sock GPUSHARE_NO_DAEMON=passthrough"
+    [[ $base == *_users ]] && u=gsbench$i
     f=$work/$phase.$i
     files+=("$f")
     # shellcheck disable=SC2086
@@ -73,9 +88,18 @@ run() {
       --mode "$mode" --round "$r" --steps "$steps" --item-every "$item_every" --start "$start" >"$f" 2>"$f.err" &
     pids+=($!)
   done
+  if [[ $base == gpushare* ]]; then
+    # the daemon's view of the clients 1 s and 3 s into the steps: grants and waits between them
+    for f in 1 3; do
+      sleep_until "$start" "$f"
+      "$target/gpushare" status --bus none --socket "$work/run/gpushare.sock" --json \
+        >"$outdir/$phase.status$f.json" 2>/dev/null
+    done
+  fi
   wait "${pids[@]}"
   gpushared_stop
   for f in "${files[@]}"; do
+    grep -h '^gpushare: stats' "$f.err" | sed "s|^|$(basename "$f"): |" >>"$outdir/$phase.stats.txt" 2>/dev/null
     grep -h '^{' "$f" >>"$out" 2>/dev/null ||
       json_line phase="$phase" mode="$mode" round="$r" job="$(basename "$f")" \
         error="no result: $(grep -v '^gpushare' "$f.err" | tail -3 | tr '\n' ' ')" >>"$out"
@@ -93,15 +117,18 @@ else:
 PY
 }
 
+if [[ -n ${ALT_TARGET:-} ]]; then
+  mkdir -p "$work/lib/alt" && cp "$ALT_TARGET/libgpushare.so" "$work/lib/alt/" && chmod -R 755 "$work/lib/alt"
+fi
 header "jobs=$njobs steps=$steps item_every=$item_every rounds=$rounds startup=$startup" >>"$out"
 bench_copy "$here/mnist_job.py"
-if [[ " $modes " == *" gpushare_users "* ]]; then
+if [[ " $modes " == *"_users "* || " $modes " == *"_users_alt "* ]]; then
   users=()
   for i in $(seq "$njobs"); do users+=("gsbench$i"); done
   if ! bench_users "${users[@]}" >>"$out"; then
-    log "users gsbench1-$njobs unavailable: no gpushare_users mode"
-    json_line note="users gsbench1-$njobs unavailable: mode gpushare_users left out" >>"$out"
-    modes=$(echo " $modes " | sed 's/ gpushare_users / /')
+    log "users gsbench1-$njobs unavailable: no *_users modes"
+    json_line note="users gsbench1-$njobs unavailable: modes *_users left out" >>"$out"
+    modes=$(echo " $modes " | sed -E 's/ [a-z_]*_users(_alt)? / /g')
   fi
 fi
 read -ra order <<<"$modes"
@@ -131,6 +158,7 @@ for (mode, rnd), rs in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0]))
         "jobs_done": len(rs), "makespan_s": span, "aggregate_steps_per_s": sum(r["steps"] for r in rs) / span,
         "job_wall_s": [round(r["wall_s"], 3) for r in sorted(rs, key=lambda r: r["name"])],
         "mean_job_wall_s": sum(r["wall_s"] for r in rs) / len(rs),
+        "mean_job_cpu_s": sum(r.get("cpu_s", 0) for r in rs) / len(rs),
         "max_late_s": max(r["late_s"] for r in rs)}
 for mode, m in out["modes"].items():
     rr = m["rounds"].values()

@@ -6,8 +6,9 @@ GPU, set the pace.
 
 After start-up and --warmup steps, the job waits for the absolute time --start (so that jobs
 started together begin their steps together), runs its steps and prints one JSON line: its
-name, phase, start and end of the steps (time.time()), their wall time, how late it was for
---start, and its whole process time.
+name, phase, start and end of the steps (time.time()), their wall time, the time into them at
+every 250th step, the CPU time the process (all its threads) used during them, how late it was for --start, and its whole process
+time.
 """
 import time
 
@@ -54,13 +55,18 @@ late = time.time() - a.start
 if late < 0:
     time.sleep(-late)
 t0 = time.time()
+c0 = sum(os.times()[:2])
 loss = None
+marks = []
 for i in range(a.steps):
     loss = step(i)
     if a.item_every and (i + 1) % a.item_every == 0:
         loss.item()
+    if (i + 1) % 250 == 0:
+        marks.append(round(time.time() - t0, 3))
 last = float(loss.item()) if loss is not None else None
 t1 = time.time()
+cpu = sum(os.times()[:2]) - c0
 print(json.dumps({"name": a.name, "phase": a.phase, "mode": a.mode, "round": a.round, "uid": os.getuid(),
-                  "steps": a.steps, "t_start": t0, "t_end": t1, "wall_s": t1 - t0, "late_s": max(0.0, late),
+                  "steps": a.steps, "t_start": t0, "t_end": t1, "wall_s": t1 - t0, "cpu_s": cpu, "marks": marks, "late_s": max(0.0, late),
                   "process_s": t1 - T_PROCESS, "loss": last}), flush=True)

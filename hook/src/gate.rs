@@ -29,6 +29,7 @@ use crate::lease::{
 use crate::pacing::{self, wait_until_done, CUDA_NOT_READY};
 use crate::residency;
 use crate::session::{self, Attach};
+use crate::stats;
 use crate::streams;
 
 /// The launch's stream, as the gate needs it.
@@ -114,6 +115,12 @@ fn stop(stream: Stream) {
 #[cold]
 #[inline(never)]
 fn renew(stream: Stream) {
+    let start = now_ns();
+    renew_lease(stream);
+    stats::RENEW_NS.add(now_ns().saturating_sub(start));
+}
+
+fn renew_lease(stream: Stream) {
     if exiting() {
         return; // never wait for the daemon at exit
     }
@@ -159,6 +166,7 @@ fn renew(stream: Stream) {
         // Nobody waits behind this process: carry on without draining its queue, which would
         // leave the GPU idle until the queue fills again.
         if let Some(lease_ns) = session::extend(lease.device.id) {
+            stats::EXTENSIONS.add(1);
             lease.grant(now_ns(), lease_ns);
             residency::alone();
             publish(&lease, lease_ns);
@@ -191,7 +199,7 @@ fn renew(stream: Stream) {
         // A thread waits to launch on another GPU: its turn.
         session::release(on.id, busy_ns);
         drop(lease);
-        return renew(stream);
+        return renew_lease(stream);
     }
     let granted = match used {
         Some((on, busy_ns)) if on.ordinal == here.ordinal => session::renew(here.id, busy_ns),
@@ -203,6 +211,7 @@ fn renew(stream: Stream) {
     };
     match granted {
         Some(lease_ns) => {
+            stats::GRANTS.add(1);
             lease.device = here;
             lease.grant(now_ns(), lease_ns);
             lease.context = current_context();
@@ -261,6 +270,10 @@ pub fn idle_slack(lease_ns: u64) -> u64 {
 
 /// How often the lease thread samples the GPU queue while a lease runs.
 const SAMPLE_NS: u64 = 250_000;
+/// The same on a lease beside others that is not tight: its samples only lower the process's
+/// demand estimate (leases alone measure it), and the launch-bound loops that overlap pay for
+/// each sample on their CPUs.
+const SHARED_SAMPLE_NS: u64 = 1_000_000;
 /// How long after a revocation the lease thread gives the lease back itself (if no launch did):
 /// time for a launch that passed the gate just before to reach the driver.
 const REVOKE_SLACK_NS: u64 = 200_000;
@@ -291,7 +304,12 @@ fn watch() {
         }
         pacing::sample(|| sample_stream(&seen));
         if !release_due(&seen) {
-            std::thread::park_timeout(Duration::from_nanos(SAMPLE_NS));
+            let period = if pacing::relaxed() {
+                SHARED_SAMPLE_NS
+            } else {
+                SAMPLE_NS
+            };
+            std::thread::park_timeout(Duration::from_nanos(period));
             continue;
         }
         let mut lease = GATE.lock();
@@ -305,6 +323,7 @@ fn watch() {
         let device: Device = lease.device;
         let busy = end_lease(&mut lease);
         session::release(device.id, busy);
+        stats::GIVEN_BACK.add(1);
     }
 }
 

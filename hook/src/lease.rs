@@ -92,6 +92,7 @@ pub fn watch_exit() {
     static REGISTERED: AtomicBool = AtomicBool::new(false);
     extern "C" fn mark_exiting() {
         EXITING.store(true, Release);
+        crate::stats::report();
     }
     if !REGISTERED.swap(true, AcqRel) {
         // SAFETY: registers a plain function.

@@ -21,8 +21,8 @@
 //! list (a test, `hook/tests/layers.rs`, reads the order from here and checks every `crate::`
 //! path against it):
 //!
-//! 1. primitives: [`cuda`], [`clock`], [`guard`], [`fork_safe`], [`ledger`], [`streams`], and at
-//!    the side the daemon's wire link, [`daemon_link`];
+//! 1. primitives: [`cuda`], [`clock`], [`guard`], [`stats`], [`fork_safe`], [`ledger`],
+//!    [`streams`], and at the side the daemon's wire link, [`daemon_link`];
 //! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
 //!    table of wrapped symbols), [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions)
 //!    and [`devices`] (which GPU a call is about);
@@ -54,4 +54,5 @@ mod pacing;
 mod residency;
 mod revocation;
 mod session;
+mod stats;
 mod streams;

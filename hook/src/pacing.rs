@@ -19,9 +19,13 @@ use crate::clock::now_ns;
 use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
+use crate::stats;
 
 /// While the queue is empty, at most one marker per this many nanoseconds of launching.
 pub const CHECK_EVERY_NS: u64 = 100_000;
+/// The same on a lease beside others that is not tight: the driver time-slices the GPU between
+/// the processes then, and their launch-bound loops pay for every check on their own CPU.
+pub const SHARED_CHECK_EVERY_NS: u64 = 400_000;
 /// Most markers in flight.
 const RING: usize = 32;
 /// `cuEventQuery`'s "not yet".
@@ -127,6 +131,8 @@ impl Pacer {
             // The GPU was busy from the later of the previous completion and this record until now.
             let took = done_at.saturating_sub(self.last_done.max(m.recorded));
             self.per_launch_ns = learn(self.per_launch_ns, took);
+            stats::PER_LAUNCH_NS.set(self.per_launch_ns);
+            stats::PER_LAUNCH_MAX_NS.set_max(self.per_launch_ns);
         }
         self.last_done = done_at;
         self.spare.push(m.event);
@@ -180,8 +186,24 @@ pub fn set_shared(shared: bool) {
     if shared && !SHARED.swap(shared, Relaxed) {
         let mut p = PACER.lock();
         p.per_launch_ns = p.per_launch_at_grant;
+        stats::PER_LAUNCH_NS.set(p.per_launch_ns);
     }
     SHARED.store(shared, Relaxed);
+}
+
+/// Whether the current lease runs beside others and is not tight: its queue is checked and
+/// sampled less often.
+pub fn relaxed() -> bool {
+    SHARED.load(Relaxed) && !TIGHT.load(Relaxed)
+}
+
+/// How long between two checks while the queue is empty.
+fn check_every() -> u64 {
+    if relaxed() {
+        SHARED_CHECK_EVERY_NS
+    } else {
+        CHECK_EVERY_NS
+    }
 }
 
 /// Whether the lease just granted (or extended) keeps a short queue for an interactive client.
@@ -216,6 +238,7 @@ pub fn check(wait_limit_ns: u64) -> u64 {
     let tight = TIGHT.load(Relaxed);
     let budget = lease_budget(BUDGET_NS.load(Relaxed), tight);
     let start = now_ns();
+    stats::CHECKS.add(1);
     let mut first = true;
     loop {
         let event = {
@@ -230,7 +253,7 @@ pub fn check(wait_limit_ns: u64) -> u64 {
                     return if p.per_launch_ns >= CHECK_EVERY_NS {
                         0
                     } else {
-                        CHECK_EVERY_NS
+                        check_every()
                     };
                 }
                 first = false;
@@ -240,7 +263,7 @@ pub fn check(wait_limit_ns: u64) -> u64 {
             // a launch-bound process checked at every launch would pay for it at every launch.
             // Its checks stay spaced then (unless its kernels are known to be long).
             let next_check = if shared && p.per_launch_ns < CHECK_EVERY_NS {
-                CHECK_EVERY_NS
+                check_every()
             } else {
                 0
             };
@@ -260,10 +283,13 @@ pub fn check(wait_limit_ns: u64) -> u64 {
             }
         };
         // SAFETY: an event of ours (markers' events are reused, never destroyed, once recorded).
+        let waited_from = now_ns();
         let done = wait_until_done(
             || unsafe { query(event) } != CUDA_NOT_READY,
-            wait_limit_ns.saturating_sub(now_ns() - start),
+            wait_limit_ns.saturating_sub(waited_from - start),
         );
+        stats::CHECK_WAITS.add(1);
+        stats::CHECK_WAIT_NS.add(now_ns().saturating_sub(waited_from));
         if !done {
             // Held up by something else (work waiting on another process): do not wait for this
             // queue again until some of it completes.
@@ -305,6 +331,7 @@ fn record_marker(stream: CUstream, after_launch: bool) {
     };
     let mut p = PACER.lock();
     if p.len >= RING {
+        stats::RING_FULL.add(1);
         return;
     }
     let (event, fresh) = match p.spare.pop() {
@@ -367,8 +394,10 @@ pub fn sample(stream: impl FnOnce() -> Option<CUstream>) {
     if newest_done {
         if let Some(stream) = stream() {
             record_marker(stream, false);
+            stats::SAMPLE_MARKERS.add(1);
         }
     }
+    stats::SAMPLES.add(1);
     let mut p = PACER.lock();
     // SAFETY: a live event of ours.
     let busy = p

@@ -101,6 +101,7 @@ fn attach_slow() -> Attach {
         return state_of(s);
     }
     register_atfork();
+    crate::stats::configure();
     crate::lease::watch_exit();
     let socket = std::env::var_os("GPUSHARE_SOCKET")
         .filter(|s| !s.is_empty())

@@ -1,0 +1,106 @@
+//! What the gate and the pacer did in this process, counted always (relaxed atomic adds, off
+//! the fast path) and printed as one stderr line at exit when `GPUSHARE_STATS=1`: for finding
+//! out what makes a job slower under gpushare than without it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// One counter of [`Stats`].
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+    #[inline]
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Relaxed);
+    }
+    #[inline]
+    pub fn set_max(&self, n: u64) {
+        self.0.fetch_max(n, Relaxed);
+    }
+    fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Leases granted after a wait for the daemon (the first, or after giving one back).
+pub static GRANTS: Counter = Counter::new();
+/// Leases extended at their end, nobody waiting behind.
+pub static EXTENSIONS: Counter = Counter::new();
+/// Nanoseconds launching threads spent ending a lease and waiting for the next (a lease's work
+/// drained, the daemon's answer awaited).
+pub static RENEW_NS: Counter = Counter::new();
+/// Leases the lease thread gave back (unused past their end, revoked, or an interactive
+/// client's done).
+pub static GIVEN_BACK: Counter = Counter::new();
+/// Queue checks on the launch path, and how many of them waited for the queue to shrink.
+pub static CHECKS: Counter = Counter::new();
+pub static CHECK_WAITS: Counter = Counter::new();
+/// Nanoseconds launches waited for the queue.
+pub static CHECK_WAIT_NS: Counter = Counter::new();
+/// Markers not recorded because the ring was full.
+pub static RING_FULL: Counter = Counter::new();
+/// The lease thread's samples of the queue, and the markers it recorded itself.
+pub static SAMPLES: Counter = Counter::new();
+pub static SAMPLE_MARKERS: Counter = Counter::new();
+/// The GPU time per launch learnt last, and the longest (nanoseconds).
+pub static PER_LAUNCH_NS: Counter = Counter::new();
+pub static PER_LAUNCH_MAX_NS: Counter = Counter::new();
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Reads `GPUSHARE_STATS` (once, when the process attaches).
+pub fn configure() {
+    let on = std::env::var("GPUSHARE_STATS").is_ok_and(|v| v == "1");
+    ENABLED.store(on, Relaxed);
+}
+
+/// The line printed at exit.
+pub fn line() -> String {
+    let ms = |c: &Counter| c.get() as f64 / 1e6;
+    format!(
+        "stats: {} grants, {} extensions, {:.1} ms renewing, {} given back by the lease thread; \
+         {} queue checks, {} waits ({:.1} ms), {} markers dropped (ring full); {} samples, \
+         {} sampling markers; time per launch learnt {} us (at most {} us)",
+        GRANTS.get(),
+        EXTENSIONS.get(),
+        ms(&RENEW_NS),
+        GIVEN_BACK.get(),
+        CHECKS.get(),
+        CHECK_WAITS.get(),
+        ms(&CHECK_WAIT_NS),
+        RING_FULL.get(),
+        SAMPLES.get(),
+        SAMPLE_MARKERS.get(),
+        PER_LAUNCH_NS.get() / 1000,
+        PER_LAUNCH_MAX_NS.get() / 1000,
+    )
+}
+
+/// Prints [`line`] if `GPUSHARE_STATS=1`.
+pub fn report() {
+    if ENABLED.load(Relaxed) {
+        crate::guard::say(format_args!("{}", line()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_shows_the_counters() {
+        EXTENSIONS.add(3);
+        PER_LAUNCH_MAX_NS.set_max(40_000);
+        PER_LAUNCH_MAX_NS.set_max(20_000);
+        PER_LAUNCH_NS.set(12_000);
+        let l = line();
+        assert!(l.contains("3 extensions"), "{l}");
+        assert!(l.contains("time per launch learnt 12 us (at most 40 us)"), "{l}");
+    }
+}
