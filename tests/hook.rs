@@ -1741,6 +1741,48 @@ fn launch_bound_processes_hold_leases_together() {
     });
 }
 
+/// A process that learnt a long time per launch (its first kernels took 5 ms each) and then
+/// launches short kernels (50 us, no synchronize) beside a saturating process is not held back:
+/// launches timed on their own, by a pair of timing events, show the time learnt to be too long
+/// and lower it. Markers cannot: beside the other process they wait for its queued work too.
+/// Taken for a process with long kernels, it was held at two launches queued behind the other's
+/// work and made a small fraction of the launches it makes alone (the straggler among eight
+/// launch-bound PyTorch jobs on the GPU had learnt 3.4 ms).
+#[test]
+fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = overlapping_daemon("").start();
+    let a = "run:50:5000000:1:0 sleep:150 run:1500:50000:0:200";
+    let short_kernels = |out: &str| -> u64 {
+        let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("run ")).collect();
+        runs[1].split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    measured(
+        "short kernels after long ones, beside a saturating process",
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+            let solo = short_kernels(&on_shared_gpu(&d, &log, &gpu, &[("", a)])[0].1);
+            let both = on_shared_gpu(
+                &d,
+                &log,
+                &gpu,
+                &[("", a), ("", "sleep:60 run:1800:2000000:1:0")],
+            );
+            let beside = short_kernels(&both[0].1);
+            eprintln!("short kernels alone {solo}, beside the saturating process {beside}");
+            if (beside as f64) < 0.6 * solo as f64 {
+                return Err(format!(
+                    "{beside} short kernels beside the saturating process, {solo} alone: held back"
+                ));
+            }
+            Ok(())
+        },
+    );
+}
+
 /// An interactive client's kernels run at once beside a saturating batch client (whose lease
 /// is revoked and whose queue is bounded), while the same program as a batch client waits for
 /// the other's leases to end.

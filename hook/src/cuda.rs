@@ -10,6 +10,8 @@ use std::ffi::c_void;
 /// `CUresult`.
 pub type CUresult = u32;
 pub const CUDA_SUCCESS: CUresult = 0;
+/// `cuEventQuery`'s "not yet".
+pub const CUDA_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 /// Returned by `cuInit` when the daemon refused this process or when no daemon runs and

@@ -267,9 +267,11 @@ pub enum Helper {
     cuStreamSynchronize,
     cuDeviceGetUuid_v2,
     cuDeviceGetUuid,
+    cuEventElapsedTime_v2,
+    cuEventElapsedTime,
 }
 
-static HELPERS: [Slot; 19] = [
+static HELPERS: [Slot; 21] = [
     Slot::new(c"cuStreamIsCapturing", Lib::Cuda),
     Slot::new(c"cuThreadExchangeStreamCaptureMode", Lib::Cuda),
     Slot::new(c"cuEventCreate", Lib::Cuda),
@@ -289,6 +291,8 @@ static HELPERS: [Slot; 19] = [
     Slot::new(c"cuStreamSynchronize", Lib::Cuda),
     Slot::new(c"cuDeviceGetUuid_v2", Lib::Cuda),
     Slot::new(c"cuDeviceGetUuid", Lib::Cuda),
+    Slot::new(c"cuEventElapsedTime_v2", Lib::Cuda),
+    Slot::new(c"cuEventElapsedTime", Lib::Cuda),
 ];
 
 /// The real helper function as `F` (an `unsafe extern "C" fn` type of the right signature).

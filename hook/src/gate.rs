@@ -26,7 +26,7 @@ use crate::lease::{
     exiting, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE, GATE_AT, INTERACTIVE,
     LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER, WATCHER_THREAD,
 };
-use crate::pacing::{self, wait_until_done, CUDA_NOT_READY};
+use crate::pacing::{self, wait_until_done};
 use crate::residency;
 use crate::session::{self, Attach};
 use crate::stats;
@@ -98,7 +98,7 @@ fn stop(stream: Stream) {
     if capturing(handle) {
         return; // captured work runs when its graph is launched
     }
-    let next = pacing::check(WAIT_LIMIT_NS.load(Relaxed));
+    let next = pacing::check(handle, WAIT_LIMIT_NS.load(Relaxed));
     let at = if next == u64::MAX {
         u64::MAX
     } else {
@@ -270,10 +270,10 @@ pub fn idle_slack(lease_ns: u64) -> u64 {
 
 /// How often the lease thread samples the GPU queue while a lease runs.
 const SAMPLE_NS: u64 = 250_000;
-/// The same on a lease beside others that is not tight: its samples only lower the process's
-/// demand estimate (leases alone measure it), and the launch-bound loops that overlap pay for
-/// each sample on their CPUs.
-const SHARED_SAMPLE_NS: u64 = 1_000_000;
+/// The same on a relaxed lease ([`pacing::relaxed`]): its samples only lower the process's demand
+/// estimate (leases alone measure it), and most such leases end in an extension, which reports
+/// none.
+const RELAXED_SAMPLE_NS: u64 = 4_000_000;
 /// How long after a revocation the lease thread gives the lease back itself (if no launch did):
 /// time for a launch that passed the gate just before to reach the driver.
 const REVOKE_SLACK_NS: u64 = 200_000;
@@ -305,7 +305,7 @@ fn watch() {
         pacing::sample(|| sample_stream(&seen));
         if !release_due(&seen) {
             let period = if pacing::relaxed() {
-                SHARED_SAMPLE_NS
+                RELAXED_SAMPLE_NS
             } else {
                 SAMPLE_NS
             };

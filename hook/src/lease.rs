@@ -45,7 +45,7 @@ pub fn ungate() {
 
 /// How the daemon wants this process's leases used (from its Welcome).
 pub fn configure(queue_ahead_ns: u64, interactive: bool) {
-    pacing::configure(queue_ahead_ns);
+    pacing::configure(queue_ahead_ns, interactive);
     INTERACTIVE.store(interactive, Release);
 }
 

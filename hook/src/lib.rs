@@ -26,7 +26,7 @@
 //! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
 //!    table of wrapped symbols), [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions)
 //!    and [`devices`] (which GPU a call is about);
-//! 3. the lease state and its pacing: [`pacing`], [`lease`];
+//! 3. the lease state and its pacing: [`kernel_timer`], [`pacing`], [`lease`];
 //! 4. the policies: [`revocation`], [`residency`], [`session`], [`memory`], [`memory_info`],
 //!    [`gate`], [`launch`];
 //! 5. the exported `extern "C"` entry points: [`exports`].
@@ -45,6 +45,7 @@ mod fork_safe;
 mod gate;
 mod guard;
 mod interpose;
+mod kernel_timer;
 mod launch;
 mod lease;
 mod ledger;

@@ -19,17 +19,15 @@ use crate::clock::now_ns;
 use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
+use crate::kernel_timer;
 use crate::stats;
 
 /// While the queue is empty, at most one marker per this many nanoseconds of launching.
 pub const CHECK_EVERY_NS: u64 = 100_000;
-/// The same on a lease beside others that is not tight: the driver time-slices the GPU between
-/// the processes then, and their launch-bound loops pay for every check on their own CPU.
-pub const SHARED_CHECK_EVERY_NS: u64 = 400_000;
+/// The same on a relaxed lease ([`relaxed`]).
+pub const RELAXED_CHECK_EVERY_NS: u64 = 400_000;
 /// Most markers in flight.
 const RING: usize = 32;
-/// `cuEventQuery`'s "not yet".
-pub const CUDA_NOT_READY: CUresult = 600;
 
 /// Record a marker after the launch under way (set at a check, taken after the launch).
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);
@@ -50,6 +48,8 @@ static STALLED: AtomicBool = AtomicBool::new(false);
 /// to a quarter of the budget, beside others too, so that the interactive client's next request
 /// waits little behind this process's work.
 static TIGHT: AtomicBool = AtomicBool::new(false);
+/// This process's client is interactive: its leases are never relaxed.
+static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
 /// How much smaller the queue budget is on a tight lease.
 const TIGHT_DIVISOR: u64 = 4;
 
@@ -191,16 +191,20 @@ pub fn set_shared(shared: bool) {
     SHARED.store(shared, Relaxed);
 }
 
-/// Whether the current lease runs beside others and is not tight: its queue is checked and
-/// sampled less often.
+/// Whether the current lease is *relaxed*: a batch process's, beside others, not tight. Equal
+/// turns among processes of equal weights, or light ones, run so: the driver time-slices the GPU
+/// between them as it would without gpushare, and what the hook does on their launch paths and
+/// lease threads is what they pay for it. So their queues are checked less often, their lease
+/// threads sample less often and record no markers of their own, and only their launches are
+/// timed ([`kernel_timer`]). Near an interactive client nothing is relaxed.
 pub fn relaxed() -> bool {
-    SHARED.load(Relaxed) && !TIGHT.load(Relaxed)
+    SHARED.load(Relaxed) && !TIGHT.load(Relaxed) && !INTERACTIVE_CLIENT.load(Relaxed)
 }
 
 /// How long between two checks while the queue is empty.
 fn check_every() -> u64 {
     if relaxed() {
-        SHARED_CHECK_EVERY_NS
+        RELAXED_CHECK_EVERY_NS
     } else {
         CHECK_EVERY_NS
     }
@@ -220,18 +224,39 @@ fn lease_budget(budget: u64, tight: bool) -> u64 {
     }
 }
 
-pub fn configure(budget_ns: u64) {
+pub fn configure(budget_ns: u64, interactive: bool) {
     BUDGET_NS.store(budget_ns.max(1), Relaxed);
+    INTERACTIVE_CLIENT.store(interactive, Relaxed);
 }
 
 /// A check on the launch path (before a launch on `stream`, a nameable stream that is not
 /// capturing): waits while too much work is queued, and asks for a marker after the launch.
 /// Returns how long until the next check (0: at the next launch). `wait_limit_ns` bounds a wait.
 ///
-/// The pacer's lock is not held while waiting: the lease thread samples the queue meanwhile
-/// (a launching thread that waited under the lock would starve it of samples, and the lease
-/// would be reported idle).
-pub fn check(wait_limit_ns: u64) -> u64 {
+/// On a relaxed lease, a process taken for one with long kernels has some of its launches timed
+/// ([`kernel_timer`]): the pair starts right before the launch, after any wait here.
+pub fn check(stream: CUstream, wait_limit_ns: u64) -> u64 {
+    let next = check_queue(wait_limit_ns);
+    if relaxed() && PACER.lock().per_launch_ns >= CHECK_EVERY_NS {
+        kernel_timer::before_launch(stream);
+    }
+    next
+}
+
+/// Half way from `old` down to a launch's time measured on its own ([`kernel_timer`]), when
+/// that is shorter: what was learnt was too long.
+fn lower(old: u64, timed: u64) -> u64 {
+    if timed < old {
+        (old + timed) / 2
+    } else {
+        old
+    }
+}
+
+/// [`check`]'s wait. The pacer's lock is not held while waiting: the lease thread samples the
+/// queue meanwhile (a launching thread that waited under the lock would starve it of samples,
+/// and the lease would be reported idle).
+fn check_queue(wait_limit_ns: u64) -> u64 {
     let Some(query) = query_fn() else {
         return u64::MAX;
     };
@@ -245,6 +270,14 @@ pub fn check(wait_limit_ns: u64) -> u64 {
             let mut p = PACER.lock();
             let pending = p.collect(query);
             if first {
+                if let Some(timed) = kernel_timer::take().filter(|_| relaxed()) {
+                    let lowered = lower(p.per_launch_ns, timed);
+                    if lowered < p.per_launch_ns {
+                        stats::LOWERED.add(1);
+                    }
+                    p.per_launch_ns = lowered;
+                    stats::PER_LAUNCH_NS.set(lowered);
+                }
                 MARK_AFTER.store(true, Relaxed);
                 if pending == 0 {
                     // Kernels known to be long are checked at every launch: a burst of them
@@ -310,6 +343,7 @@ pub fn after_launch(stream: CUstream) {
 #[cold]
 fn mark(stream: CUstream) {
     MARK_AFTER.store(false, Relaxed);
+    kernel_timer::after_launch(stream);
     record_marker(stream, true);
 }
 
@@ -391,7 +425,7 @@ pub fn sample(stream: impl FnOnce() -> Option<CUstream>) {
         p.collect(query) == 0
             && now_ns().saturating_sub(p.newest().map_or(0, |m| m.recorded)) >= RESAMPLE_NS
     };
-    if newest_done {
+    if newest_done && !relaxed() {
         if let Some(stream) = stream() {
             record_marker(stream, false);
             stats::SAMPLE_MARKERS.add(1);
@@ -494,6 +528,7 @@ pub fn wait_until_done(done: impl Fn() -> bool, limit_ns: u64) -> bool {
 
 pub fn after_fork_in_child() {
     MARK_AFTER.store(false, Relaxed);
+    kernel_timer::after_fork_in_child();
     // SAFETY: called from the fork child handler; the parent's events are not the child's.
     unsafe { PACER.reset(Pacer::new()) };
 }
@@ -533,6 +568,17 @@ mod tests {
         assert_eq!(p.allowed(2_000_000), 1, "long kernels: one at a time");
         assert_eq!(learn(0, 100), 100);
         assert_eq!(learn(100, 500), 200);
+    }
+
+    #[test]
+    fn a_launch_timed_shorter_lowers_the_time_learnt() {
+        assert_eq!(lower(3_400_000, 50_000), 1_725_000);
+        let mut t = 3_400_000;
+        for _ in 0..7 {
+            t = lower(t, 50_000);
+        }
+        assert!(t < CHECK_EVERY_NS, "{t}: still taken for long kernels");
+        assert_eq!(lower(1_600_000, 2_000_000), 1_600_000, "never raised");
     }
 
     #[test]

@@ -333,10 +333,12 @@ EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
 EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) { return cuStreamIsCapturing(s, status); }
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { static __thread int m; int old = m; m = *mode; *mode = old; return OK; }
 static int events_recorded;
-/* An event is the time the work recorded before it ends (0: none). */
+/* An event is the time the work recorded before it ends, or the time it was recorded on an idle
+ * device (0: none). */
 EXPORT CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(uint64_t)); return OK; }
 EXPORT CUresult cuEventRecord(void *e, CUstream s) {
-  *(uint64_t *)e = device_queued_until(current_device());
+  uint64_t queued = device_queued_until(current_device()), now = now_ns();
+  *(uint64_t *)e = queued > now ? queued : now;
   if (is_real_stream(s) && ((struct fake_stream *)s)->capturing) {
     /* The real driver would invalidate the capture. */
     fprintf(stderr, "fake_cuda: cuEventRecord on a capturing stream\n");
@@ -352,6 +354,13 @@ EXPORT CUresult cuEventQuery(void *e) {
 }
 EXPORT CUresult cuEventSynchronize(void *e) { sleep_until(*(uint64_t *)e); return OK; }
 EXPORT CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
+EXPORT CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
+  uint64_t ta = *(uint64_t *)a, tb = *(uint64_t *)b;
+  if (cuEventQuery(a) != OK || cuEventQuery(b) != OK) return 600;
+  *ms = (float)((double)((int64_t)(tb - ta)) / 1e6);
+  return OK;
+}
+EXPORT CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { return cuEventElapsedTime(ms, a, b); }
 
 /* ---- memory ---- */
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return mem_alloc(p, n); }
@@ -499,6 +508,8 @@ static const struct entry table[] = {
   E("cuEventQuery", 2000, 0, cuEventQuery),
   E("cuEventSynchronize", 2000, 0, cuEventSynchronize),
   E("cuEventDestroy", 4000, 0, cuEventDestroy_v2),
+  E("cuEventElapsedTime", 2000, 0, cuEventElapsedTime),
+  E("cuEventElapsedTime", 12080, 0, cuEventElapsedTime_v2),
   E("cuMemAlloc", 3020, 0, cuMemAlloc_v2),
   E("cuMemAllocManaged", 6000, 0, cuMemAllocManaged),
   E("cuMemAllocPitch", 3020, 0, cuMemAllocPitch_v2),

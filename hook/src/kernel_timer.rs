@@ -1,0 +1,177 @@
+//! The GPU time of single launches, timed by a pair of timing events around one of them.
+//!
+//! Beside other processes a marker's completion also waits for their turns on the GPU, so the
+//! pacer learns nothing from markers on a shared lease. What it learnt alone can be far off (a
+//! process's first launches load modules and set up libraries; a lease alone may be a short
+//! probe), and a launch-bound process taken for one with long kernels checks its queue at every
+//! launch and is held back at a few launches queued: it falls far behind the others. A pair of
+//! timing events recorded right before and right after one launch on the same stream measures
+//! that launch's time on the GPU, without what was queued before it; the pacer uses it to lower
+//! an estimate the pair shows to be too long.
+
+use std::sync::atomic::{AtomicBool, Ordering::*};
+
+use crate::clock::now_ns;
+use crate::cuda::*;
+use crate::driver::{helper, Helper};
+use crate::fork_safe::ForkSafe;
+
+/// Least time between two timed launches.
+pub const TIME_EVERY_NS: u64 = 1_000_000;
+
+/// A start was recorded before the launch under way: record the end after it.
+static END_DUE: AtomicBool = AtomicBool::new(false);
+
+struct Timer {
+    /// The pair of events (timing on), created in the context of the first timed launch.
+    events: Option<(CUevent, CUevent)>,
+    /// The stream of the launch being timed.
+    stream: CUstream,
+    /// The end was recorded: the pair is in flight until it completes.
+    in_flight: bool,
+    /// When the last start was recorded.
+    last: u64,
+}
+
+// SAFETY: events and streams are plain driver handles, usable from any thread of the process.
+unsafe impl Send for Timer {}
+
+static TIMER: ForkSafe<Timer> = ForkSafe::new(Timer {
+    events: None,
+    stream: std::ptr::null_mut(),
+    in_flight: false,
+    last: 0,
+});
+
+type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
+type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
+type OnEvent = unsafe extern "C" fn(CUevent) -> CUresult;
+type Elapsed = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult;
+
+fn record_fn() -> Option<Record> {
+    // SAFETY: the signature of cuEventRecord.
+    unsafe { helper::<Record>(Helper::cuEventRecord) }
+}
+
+/// Before a launch on `stream`: starts timing it, unless a pair is in flight or the last one
+/// started less than [`TIME_EVERY_NS`] ago.
+pub fn before_launch(stream: CUstream) {
+    let now = now_ns();
+    let mut t = TIMER.lock();
+    if t.in_flight || END_DUE.load(Relaxed) || now.saturating_sub(t.last) < TIME_EVERY_NS {
+        return;
+    }
+    let Some(record) = record_fn() else {
+        return;
+    };
+    if t.events.is_none() {
+        t.events = create_pair();
+    }
+    let Some((start, _)) = t.events else {
+        return;
+    };
+    t.last = now;
+    // SAFETY: our event, the caller's stream.
+    if unsafe { record(start, stream) } != CUDA_SUCCESS {
+        // Another context than the events': made anew in the current one next time.
+        destroy(t.events.take());
+        return;
+    }
+    t.stream = stream;
+    END_DUE.store(true, Relaxed);
+    crate::stats::TIMED.add(1);
+}
+
+/// After a launch on `stream`: ends the timing started before it.
+#[inline(always)]
+pub fn after_launch(stream: CUstream) {
+    if END_DUE.load(Relaxed) {
+        end(stream);
+    }
+}
+
+#[cold]
+fn end(stream: CUstream) {
+    let mut t = TIMER.lock();
+    if !END_DUE.load(Relaxed) || t.stream != stream {
+        return; // another thread's launch on another stream
+    }
+    END_DUE.store(false, Relaxed);
+    let (Some(record), Some((_, end))) = (record_fn(), t.events) else {
+        return;
+    };
+    // SAFETY: our event, the stream the start went to.
+    t.in_flight = unsafe { record(end, stream) } == CUDA_SUCCESS;
+}
+
+/// The GPU time of the timed launch, once its pair has completed (then only once).
+pub fn take() -> Option<u64> {
+    let mut t = TIMER.lock();
+    if !t.in_flight {
+        return None;
+    }
+    let (start, end) = t.events?;
+    // SAFETY: the driver's signatures of these functions.
+    let (query, elapsed) = unsafe {
+        (
+            helper::<OnEvent>(Helper::cuEventQuery)?,
+            helper::<Elapsed>(Helper::cuEventElapsedTime_v2)
+                .or_else(|| helper::<Elapsed>(Helper::cuEventElapsedTime))?,
+        )
+    };
+    // SAFETY: our event.
+    if unsafe { query(end) } == CUDA_NOT_READY {
+        return None;
+    }
+    t.in_flight = false;
+    let mut ms = 0f32;
+    // SAFETY: a valid out-pointer and our two events, both recorded and complete.
+    if unsafe { elapsed(&mut ms, start, end) } != CUDA_SUCCESS || !ms.is_finite() || ms < 0.0 {
+        return None;
+    }
+    Some((ms as f64 * 1e6) as u64)
+}
+
+fn create_pair() -> Option<(CUevent, CUevent)> {
+    // SAFETY: the signature of cuEventCreate.
+    let create = unsafe { helper::<Create>(Helper::cuEventCreate) }?;
+    let mut a: CUevent = std::ptr::null_mut();
+    let mut b: CUevent = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; timing on (flags 0).
+    unsafe {
+        if create(&mut a, 0) != CUDA_SUCCESS {
+            return None;
+        }
+        if create(&mut b, 0) != CUDA_SUCCESS {
+            destroy(Some((a, std::ptr::null_mut())));
+            return None;
+        }
+    }
+    Some((a, b))
+}
+
+fn destroy(pair: Option<(CUevent, CUevent)>) {
+    // SAFETY: the signature of cuEventDestroy_v2.
+    let Some(d) = (unsafe { helper::<OnEvent>(Helper::cuEventDestroy_v2) }) else {
+        return;
+    };
+    if let Some((a, b)) = pair {
+        for e in [a, b].into_iter().filter(|e| !e.is_null()) {
+            // SAFETY: our event.
+            unsafe { d(e) };
+        }
+    }
+}
+
+pub fn after_fork_in_child() {
+    END_DUE.store(false, Relaxed);
+    // SAFETY: called from the fork child handler; the parent's events are not the child's.
+    unsafe {
+        TIMER.reset(Timer {
+            events: None,
+            stream: std::ptr::null_mut(),
+            in_flight: false,
+            last: 0,
+        })
+    };
+}
