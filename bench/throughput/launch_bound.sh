@@ -99,7 +99,8 @@ run() {
   wait "${pids[@]}"
   gpushared_stop
   for f in "${files[@]}"; do
-    grep -h '^gpushare: stats' "$f.err" | sed "s|^|$(basename "$f"): |" >>"$outdir/$phase.stats.txt" 2>/dev/null
+    [[ $base == gpushare* ]] &&
+      grep -h '^gpushare: stats' "$f.err" | sed "s|^|$(basename "$f"): |" >>"$outdir/$phase.stats.txt"
     grep -h '^{' "$f" >>"$out" 2>/dev/null ||
       json_line phase="$phase" mode="$mode" round="$r" job="$(basename "$f")" \
         error="no result: $(grep -v '^gpushare' "$f.err" | tail -3 | tr '\n' ' ')" >>"$out"
