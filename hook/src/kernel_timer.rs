@@ -58,9 +58,12 @@ fn record_fn() -> Option<Record> {
 pub fn before_launch(stream: CUstream) {
     let now = now_ns();
     let mut t = TIMER.lock();
-    if t.in_flight || END_DUE.load(Relaxed) || now.saturating_sub(t.last) < TIME_EVERY_NS {
+    if t.in_flight || now.saturating_sub(t.last) < TIME_EVERY_NS {
         return;
     }
+    // An end still due a millisecond after its start never came (the launch did not follow on
+    // that stream): that timing is given up.
+    END_DUE.store(false, Relaxed);
     let Some(record) = record_fn() else {
         return;
     };

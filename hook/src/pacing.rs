@@ -50,6 +50,9 @@ static STALLED: AtomicBool = AtomicBool::new(false);
 static TIGHT: AtomicBool = AtomicBool::new(false);
 /// This process's client is interactive: its leases are never relaxed.
 static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
+/// The current lease was extended (the daemon extends a lease beside others only while every
+/// process weighs the same).
+static EXTENDED: AtomicBool = AtomicBool::new(false);
 /// How much smaller the queue budget is on a tight lease.
 const TIGHT_DIVISOR: u64 = 4;
 
@@ -191,14 +194,24 @@ pub fn set_shared(shared: bool) {
     SHARED.store(shared, Relaxed);
 }
 
-/// Whether the current lease is *relaxed*: a batch process's, beside others, not tight. Equal
-/// turns among processes of equal weights, or light ones, run so: the driver time-slices the GPU
-/// between them as it would without gpushare, and what the hook does on their launch paths and
-/// lease threads is what they pay for it. So their queues are checked less often, their lease
-/// threads sample less often and record no markers of their own, and only their launches are
-/// timed ([`kernel_timer`]). Near an interactive client nothing is relaxed.
+/// Whether the current lease is *relaxed*: a batch process's, extended beside others, not
+/// tight. The daemon extends leases beside others only while every process weighs the same: the
+/// driver time-slices the GPU between them as it would without gpushare, their demands decide
+/// nothing, and what the hook does on their launch paths and lease threads is what they pay for
+/// it. So their queues are checked less often, their lease threads sample less often and record
+/// no markers of their own, and only their launches are timed ([`kernel_timer`]). Processes of
+/// unequal weights that overlap (light ones) ask again at each lease's end, with the busy time
+/// their samples measured; near an interactive client nothing is relaxed.
 pub fn relaxed() -> bool {
-    SHARED.load(Relaxed) && !TIGHT.load(Relaxed) && !INTERACTIVE_CLIENT.load(Relaxed)
+    SHARED.load(Relaxed)
+        && EXTENDED.load(Relaxed)
+        && !TIGHT.load(Relaxed)
+        && !INTERACTIVE_CLIENT.load(Relaxed)
+}
+
+/// Whether the lease just granted was an extension.
+pub fn set_extended(extended: bool) {
+    EXTENDED.store(extended, Relaxed);
 }
 
 /// How long between two checks while the queue is empty.
@@ -332,9 +345,11 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
     }
 }
 
-/// After a launch on `stream`: records the marker a check asked for.
+/// After a launch on `stream`: ends the timing of the launch, if one started before it, and
+/// records the marker a check asked for.
 #[inline(always)]
 pub fn after_launch(stream: CUstream) {
+    kernel_timer::after_launch(stream);
     if MARK_AFTER.load(Relaxed) {
         mark(stream);
     }
@@ -343,7 +358,6 @@ pub fn after_launch(stream: CUstream) {
 #[cold]
 fn mark(stream: CUstream) {
     MARK_AFTER.store(false, Relaxed);
-    kernel_timer::after_launch(stream);
     record_marker(stream, true);
 }
 

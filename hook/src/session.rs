@@ -486,16 +486,18 @@ fn unexpected(r: Reply) -> std::io::Error {
 /// unmanaged.
 pub fn acquire(device: DeviceId) -> Option<u64> {
     with_link(|l| match l.call_untimed(&Request::Acquire { device })? {
-        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags)),
+        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
         r => Err(unexpected(r)),
     })
 }
 
-/// A grant of `lease_ns` with `flags` arrived: tells the pacer whether the lease is shared, and
-/// whether its queue must stay short for an interactive client.
-fn granted(lease_ns: u64, flags: u32) -> u64 {
+/// A grant of `lease_ns` with `flags` arrived (`extended`: in answer to an extension): tells the
+/// pacer whether the lease is shared, whether its queue must stay short for an interactive
+/// client, and whether it was extended.
+fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
     crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0);
     crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
+    crate::pacing::set_extended(extended);
     lease_ns
 }
 
@@ -505,7 +507,7 @@ fn granted(lease_ns: u64, flags: u32) -> u64 {
 pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
     with_link(
         |l| match l.call_untimed(&Request::Renew { device, busy_ns })? {
-            Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags)),
+            Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
             r => Err(unexpected(r)),
         },
     )
@@ -515,7 +517,7 @@ pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
 /// nobody else waits, `None` otherwise (or when unmanaged).
 pub fn extend(device: DeviceId) -> Option<u64> {
     with_link(|l| match l.call(&Request::Extend { device })? {
-        Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags))),
+        Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags, true))),
         Reply::NotExtended => Ok(None),
         r => Err(unexpected(r)),
     })
