@@ -596,6 +596,24 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_is_relaxed_only_once_extended_beside_others_and_not_tight() {
+        // (the only test that sets these flags)
+        let lease = |shared, extended, tight, interactive| {
+            set_shared(shared);
+            set_extended(extended);
+            set_tight(tight);
+            INTERACTIVE_CLIENT.store(interactive, Relaxed);
+            relaxed()
+        };
+        assert!(lease(true, true, false, false));
+        assert!(!lease(true, false, false, false), "granted beside others, not extended");
+        assert!(!lease(false, true, false, false), "alone");
+        assert!(!lease(true, true, true, false), "tight");
+        assert!(!lease(true, true, false, true), "an interactive client's");
+        lease(false, false, false, false);
+    }
+
+    #[test]
     fn a_tight_lease_holds_a_quarter_of_the_budget() {
         assert_eq!(lease_budget(2_000_000, false), 2_000_000);
         assert_eq!(lease_budget(2_000_000, true), 500_000);
