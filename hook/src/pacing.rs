@@ -606,7 +606,10 @@ mod tests {
             relaxed()
         };
         assert!(lease(true, true, false, false));
-        assert!(!lease(true, false, false, false), "granted beside others, not extended");
+        assert!(
+            !lease(true, false, false, false),
+            "granted beside others, not extended"
+        );
         assert!(!lease(false, true, false, false), "alone");
         assert!(!lease(true, true, true, false), "tight");
         assert!(!lease(true, true, false, true), "an interactive client's");
