@@ -48,7 +48,7 @@ pub(super) fn client_state(c: &Client) -> &'static str {
 }
 
 /// What a client does on one GPU: running, waiting or idle.
-fn device_state(d: &ClientDevice) -> &'static str {
+pub(super) fn device_state(d: &ClientDevice) -> &'static str {
     if d.holding {
         "running"
     } else if d.waiting > 0 {
@@ -119,21 +119,23 @@ pub fn clients(as_json: bool, clients: &[Client]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// One row per client and GPU it uses or used: the GPU by its index where `devices` lists its
-/// UUID, else by the UUID; memory against the cap, which applies on each GPU.
+/// A GPU by its index where `devices` lists its UUID, else by the UUID.
+pub(super) fn gpu_label(devices: &[Device], uuid: &str) -> String {
+    devices
+        .iter()
+        .find(|d| d.uuid.eq_ignore_ascii_case(uuid))
+        .map_or_else(|| uuid.to_string(), |d| d.index.to_string())
+}
+
+/// One row per client and GPU it uses or used ([`gpu_label`]); memory against the cap, which
+/// applies on each GPU.
 fn device_rows(devices: &[Device], clients: &[Client]) -> Vec<Vec<String>> {
-    let gpu = |uuid: &str| {
-        devices
-            .iter()
-            .find(|d| d.uuid.eq_ignore_ascii_case(uuid))
-            .map_or_else(|| uuid.to_string(), |d| d.index.to_string())
-    };
     let mut rows = Vec::new();
     for c in clients {
         for d in &c.devices {
             rows.push(vec![
                 c.name.clone(),
-                gpu(&d.device),
+                gpu_label(devices, &d.device),
                 format!("{:.1}%", 100.0 * d.share_used),
                 format!("{}/{}", bytes_cell(d.memory_used), cap_cell(c.memory)),
                 device_state(d).into(),

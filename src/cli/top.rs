@@ -2,7 +2,7 @@
 //! by the share of GPU time they had over the last ten seconds. `q`, Esc or Ctrl-C quits. The
 //! terminal is put back as it was on every way out: quitting, an error, a signal or a panic.
 
-use super::output::{bytes_cell, cap_cell, class, client_state, joined};
+use super::output::{bytes_cell, cap_cell, class, client_state, device_state, gpu_label, joined};
 use super::source::Source;
 use super::Failure;
 use crate::api::{Client, Device, Status};
@@ -271,9 +271,11 @@ fn draw(f: &mut Frame<'_>, view: &View) {
         f.render_widget(device_table, devices_area);
     }
 
+    // Where more than one GPU is managed or used, each client's figures on each GPU follow it.
+    let per_gpu = devices.len() > 1 || clients.iter().any(|c| c.devices.len() > 1);
     let client_rows: Vec<Row> = clients
         .iter()
-        .map(|c| {
+        .flat_map(|c| {
             let mut who = c.users.clone();
             who.extend(c.groups.iter().map(|g| format!("@{g}")));
             let state = client_state(c);
@@ -293,11 +295,24 @@ fn draw(f: &mut Frame<'_>, view: &View) {
                 state.to_string(),
                 joined(&c.pids),
             ]);
-            if state == "running" {
-                row.bold()
-            } else {
-                row
-            }
+            let row = if state == "running" { row.bold() } else { row };
+            let c: &Client = c;
+            let gpus = c.devices.iter().filter(move |_| per_gpu).map(move |d| {
+                let cells = [
+                    format!("  GPU {}", gpu_label(devices, &d.device)),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    format!("{:.1}%", 100.0 * d.share_used),
+                    String::new(),
+                    format!("{}/{}", bytes_cell(d.memory_used), cap_cell(c.memory)),
+                    device_state(d).to_string(),
+                    String::new(),
+                ];
+                Row::new(cells).dim()
+            });
+            std::iter::once(row).chain(gpus)
         })
         .collect();
     let client_table = Table::new(
@@ -327,7 +342,11 @@ fn draw(f: &mut Frame<'_>, view: &View) {
         "STATE",
         "PIDS",
     ]))
-    .block(Block::bordered().title(" clients, by share of the last 10 s "));
+    .block(Block::bordered().title(if per_gpu {
+        " clients, by share of the last 10 s, each with its figures on each GPU "
+    } else {
+        " clients, by share of the last 10 s "
+    }));
     f.render_widget(client_table, clients_area);
 
     let footer = match &view.error {
@@ -391,5 +410,47 @@ mod tests {
         assert!(s.contains("1GiB/2GiB") && s.contains("unlimited"), "{s}");
         assert!(s.contains("87%") && s.contains("999"), "{s}");
         assert!(s.contains("the daemon went away"), "{s}");
+        assert!(!s.contains("  GPU "), "one GPU: no rows per GPU\n{s}");
+    }
+
+    #[test]
+    fn on_two_gpus_each_client_shows_its_figures_on_each() {
+        let gpu = |index: u32, uuid: &str| {
+            serde_json::json!({"index": index, "uuid": uuid, "name": "NVIDIA H200",
+                               "memory_used": 0, "memory_total": 140u64 << 30, "pids": []})
+        };
+        let doc = serde_json::json!({
+            "version": "0.1.0",
+            "attached_processes": 1,
+            "devices": [gpu(0, "GPU-aaaa"), gpu(1, "GPU-bbbb")],
+            "clients": [
+                {"name": "train", "users": ["ann"], "request": 0.5, "limit": 1.0,
+                 "share_used": 0.7, "memory": 16u64 << 30, "memory_used": 12u64 << 30,
+                 "holding": true, "pids": [7],
+                 "devices": [
+                    {"device": "GPU-aaaa", "memory_used": 8u64 << 30, "share_used": 0.4,
+                     "holding": false, "waiting": 1},
+                    {"device": "GPU-bbbb", "memory_used": 4u64 << 30, "share_used": 0.3,
+                     "holding": true, "waiting": 0}]},
+            ],
+        });
+        let doc: Status = serde_json::from_value(doc).unwrap();
+        let s = screen(&View { doc, error: None });
+        let line = |what: &str| {
+            s.lines()
+                .find(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no {what:?} in\n{s}"))
+                .to_string()
+        };
+        let (g0, g1) = (line("  GPU 0"), line("  GPU 1"));
+        assert!(
+            g0.contains("40.0%") && g0.contains("8GiB/16GiB") && g0.contains("waiting"),
+            "{g0}"
+        );
+        assert!(
+            g1.contains("30.0%") && g1.contains("4GiB/16GiB") && g1.contains("running"),
+            "{g1}"
+        );
+        assert!(s.find("train").unwrap() < s.find("  GPU 0").unwrap(), "{s}");
     }
 }
