@@ -133,12 +133,17 @@ impl Pacer {
         if m.seen_pending && m.after_launch && !SHARED.load(Relaxed) {
             // The GPU was busy from the later of the previous completion and this record until now.
             let took = done_at.saturating_sub(self.last_done.max(m.recorded));
-            self.per_launch_ns = learn(self.per_launch_ns, took);
-            stats::PER_LAUNCH_NS.set(self.per_launch_ns);
-            stats::PER_LAUNCH_MAX_NS.set_max(self.per_launch_ns);
+            self.set_per_launch(learn(self.per_launch_ns, took));
         }
         self.last_done = done_at;
         self.spare.push(m.event);
+    }
+
+    /// Sets the GPU time per launch, and the counters that show it.
+    fn set_per_launch(&mut self, ns: u64) {
+        self.per_launch_ns = ns;
+        stats::PER_LAUNCH_NS.set(ns);
+        stats::PER_LAUNCH_MAX_NS.set_max(ns);
     }
 
     /// Pops the markers that completed; returns how many are still pending.
@@ -188,8 +193,8 @@ fn query_fn() -> Option<Query> {
 pub fn set_shared(shared: bool) {
     if shared && !SHARED.swap(shared, Relaxed) {
         let mut p = PACER.lock();
-        p.per_launch_ns = p.per_launch_at_grant;
-        stats::PER_LAUNCH_NS.set(p.per_launch_ns);
+        let at_grant = p.per_launch_at_grant;
+        p.set_per_launch(at_grant);
     }
     SHARED.store(shared, Relaxed);
 }
@@ -287,9 +292,8 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
                     let lowered = lower(p.per_launch_ns, timed);
                     if lowered < p.per_launch_ns {
                         stats::LOWERED.add(1);
+                        p.set_per_launch(lowered);
                     }
-                    p.per_launch_ns = lowered;
-                    stats::PER_LAUNCH_NS.set(lowered);
                 }
                 MARK_AFTER.store(true, Relaxed);
                 if pending == 0 {
