@@ -1613,6 +1613,14 @@ print("contended", due(10**12))
     assert_eq!(out_b, "before -1\nattached 0 alone 0\ncontended 0\n");
 }
 
+/// A scratch directory with the paths [`on_shared_gpu`] takes in it: the fake's kernel log and
+/// its shared GPUs' file.
+fn shared_gpu_files() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+    (dir, log, gpu)
+}
+
 /// Processes under the hook on the fake's shared GPUs (`FAKE_CUDA_GPU`): asynchronous kernels
 /// that run one after another on each GPU, as without MPS. The machine has two GPUs; a process
 /// runs on the first unless its ops name another (`device:1`). Each `(client, ops)` (ops
@@ -1670,8 +1678,7 @@ fn long_kernels_keep_their_shares_with_and_without_synchronization() {
     let d = overlapping_daemon("[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n").start();
     for sync in [4, 0] {
         measured(&format!("sync every {sync}"), || {
-            let dir = tempfile::tempdir().unwrap();
-            let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+            let (dir, log, gpu) = shared_gpu_files();
             let solo_log = dir.path().join("solo.log");
             let op = format!("run:2500:1600000:{sync}:0");
             let alone = on_shared_gpu(&d, &solo_log, &dir.path().join("solo-gpu"), &[("big", &op)]);
@@ -1714,8 +1721,7 @@ fn launch_bound_processes_hold_leases_together() {
         return;
     };
     let d = overlapping_daemon("").start();
-    let dir = tempfile::tempdir().unwrap();
-    let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+    let (_dir, log, gpu) = shared_gpu_files();
     let op = "run:1500:50000:1:2000";
     let count = |out: &str| -> u64 {
         line(out, "run ")
@@ -1762,8 +1768,7 @@ fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
     measured(
         "short kernels after long ones, beside a saturating process",
         || {
-            let dir = tempfile::tempdir().unwrap();
-            let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+            let (_dir, log, gpu) = shared_gpu_files();
             let solo = short_kernels(&on_shared_gpu(&d, &log, &gpu, &[("", a)])[0].1);
             let both = on_shared_gpu(
                 &d,
@@ -1804,8 +1809,7 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
     measured("interactive beside batch", || {
         let mut got = vec![];
         for client in ["live", "plain"] {
-            let dir = tempfile::tempdir().unwrap();
-            let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+            let (_dir, log, gpu) = shared_gpu_files();
             let ran = on_shared_gpu(
                 &d,
                 &log,
@@ -1882,8 +1886,7 @@ fn beside_an_interactive_client_a_batch_holder_keeps_a_tight_queue() {
     };
     let d = overlapping_daemon("[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n").start();
     measured("a tight batch queue", || {
-        let dir = tempfile::tempdir().unwrap();
-        let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+        let (_dir, log, gpu) = shared_gpu_files();
         let ran = on_shared_gpu(
             &d,
             &log,
@@ -1925,8 +1928,7 @@ fn processes_on_different_gpus_do_not_wait_for_each_other() {
     };
     let d = overlapping_daemon("[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n").start();
     measured("two GPUs", || {
-        let dir = tempfile::tempdir().unwrap();
-        let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
+        let (_dir, log, gpu) = shared_gpu_files();
         let op = "run:2000:1600000:4:0";
         let ran = on_shared_gpu(
             &d,

@@ -161,11 +161,7 @@ fn thousands_of_connections_leave_no_leak() {
     let mut c = d.connect();
     c.hello("a");
     assert_eq!(c.reserve(GPU0, 0), Some(Reply::Reserved { used: 0 }));
-    c.send(&Request::Acquire { device: GPU0 });
-    assert!(matches!(
-        c.recv_within(Duration::from_secs(1)),
-        Some(Reply::Grant { .. })
-    ));
+    c.acquire_granted(GPU0);
 }
 
 /// Clients a and b with half the GPU each, leases of 300 ms, one lease at a time (by default
@@ -191,11 +187,7 @@ fn by_default_equal_weights_share_the_gpu_and_unequal_ones_take_turns() {
         let (mut a, mut b) = (d.connect(), d.connect());
         a.hello("a");
         b.hello("b");
-        a.send(&Request::Acquire { device: GPU0 });
-        assert!(matches!(
-            a.recv_within(Duration::from_secs(1)),
-            Some(Reply::Grant { .. })
-        ));
+        a.acquire_granted(GPU0);
         b.send(&Request::Acquire { device: GPU0 });
         (d, a, b)
     };
@@ -590,11 +582,7 @@ fn leases_on_two_gpus_run_at_once_and_on_one_gpu_alternate() {
     let mut b = d.connect();
     a.hello("a");
     b.hello("b");
-    a.send(&Request::Acquire { device: GPU0 });
-    assert!(matches!(
-        a.recv_within(Duration::from_secs(1)),
-        Some(Reply::Grant { .. })
-    ));
+    a.acquire_granted(GPU0);
     b.send(&Request::Acquire { device: GPU1 });
     assert!(
         matches!(

@@ -267,19 +267,11 @@ fn add_session_usage(a: SessionUsage, b: SessionUsage) -> SessionUsage {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{shares, LIVE, MS};
     use super::*;
 
-    const MS: Nanos = 1_000_000;
     const GPU0: DeviceId = DeviceId([0; 16]);
     const GPU1: DeviceId = DeviceId([1; 16]);
-
-    fn shares(request: f64, limit: f64) -> Shares {
-        Shares {
-            request,
-            limit,
-            interactive: false,
-        }
-    }
 
     fn two_clients() -> Schedulers {
         let mut s = Schedulers::new(20 * MS);
@@ -416,12 +408,7 @@ mod tests {
     fn revocations_are_told_once_and_wakeups_are_the_earliest() {
         let mut s = Schedulers::new(20 * MS);
         s.set_client(1, shares(0.5, 1.0), 0);
-        let live = Shares {
-            request: 0.0,
-            limit: 1.0,
-            interactive: true,
-        };
-        s.set_client(2, live, 0);
+        s.set_client(2, LIVE, 0);
         // session 10 holds a lease on both devices; an interactive client takes both
         s.acquire(GPU0, 1, 10, 0);
         assert_eq!(grants(&mut s, 0), vec![(GPU0, 10)]);

@@ -2,7 +2,7 @@
 
 use super::*;
 
-const MS: Nanos = 1_000_000;
+pub(super) const MS: Nanos = 1_000_000;
 const S: Nanos = 1_000 * MS;
 
 #[test]
@@ -38,13 +38,20 @@ struct Sim {
     gpu_overrun: Nanos,
 }
 
-fn shares(request: f64, limit: f64) -> Shares {
+pub(super) fn shares(request: f64, limit: f64) -> Shares {
     Shares {
         request,
         limit,
         interactive: false,
     }
 }
+
+/// An interactive client's shares: no request, no limit.
+pub(super) const LIVE: Shares = Shares {
+    request: 0.0,
+    limit: 1.0,
+    interactive: true,
+};
 
 impl Sim {
     fn new(quantum: Nanos) -> Self {
@@ -634,12 +641,7 @@ fn processes_of_equal_weight_overlap_whatever_their_demands() {
 fn equal_weights_overlap_only_by_demand_while_an_interactive_client_is_active() {
     let mut s = gated(20 * MS);
     s.set_client(1, shares(0.5, 1.0), 0);
-    let live = Shares {
-        request: 0.0,
-        limit: 1.0,
-        interactive: true,
-    };
-    s.set_client(2, live, 0);
+    s.set_client(2, LIVE, 0);
     s.acquire(2, 20, 0);
     assert_eq!(s.poll(0).unwrap().session, 20);
     s.release(20, MS, MS);
@@ -664,15 +666,7 @@ fn an_interactive_client_runs_at_once_and_batch_leases_are_revoked() {
     let mut s = gated(20 * MS);
     s.set_grace(5 * MS);
     s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(
-        2,
-        Shares {
-            request: 0.0,
-            limit: 1.0,
-            interactive: true,
-        },
-        0,
-    );
+    s.set_client(2, LIVE, 0);
     s.acquire(1, 10, 0);
     let g = s.poll(0).unwrap();
     assert_eq!(g.session, 10);

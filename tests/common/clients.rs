@@ -40,6 +40,15 @@ impl Conn {
         self.recv()
     }
 
+    /// Sends `Acquire{device}` and expects a grant within a second.
+    pub fn acquire_granted(&mut self, device: DeviceId) {
+        self.send(&Request::Acquire { device });
+        assert!(matches!(
+            self.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ));
+    }
+
     pub fn hello(&mut self, client: &str) -> Reply {
         self.send(&Request::Hello {
             version: PROTOCOL_VERSION,
