@@ -27,6 +27,9 @@
 #      process capped on each of two GPUs (multi_gpu/run.sh; needs two or more GPUs)
 #  14  decayed fair share: two users' saturating jobs, with fair share off and with one user's
 #      past hour of GPU time in the usage database (fair_share/run.sh)
+#  15  a lab's mix: seven users' jobs of every kind at once (transformer, CNN, launch-bound MLP,
+#      13 ms matmuls never synchronizing, data loading, tiny kernels, inference) in the default
+#      configuration, against time-slicing (mixed/run.sh)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -36,7 +39,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench/run.sh OUTPUT_DIR [PART...]}
 shift
-parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12 13 14}
+parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TARGET=${TARGET:-$here/../target/release}
@@ -75,6 +78,7 @@ for part in $parts; do
     12) step restart 200 "$here/restart/run.sh" "$out" ;;
     13) step multi_gpu 200 "$here/multi_gpu/run.sh" "$out" ;;
     14) step fair_share 200 "$here/fair_share/run.sh" "$out" ;;
+    15) BUDGET=500 step mixed 560 "$here/mixed/run.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done
