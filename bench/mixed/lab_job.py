@@ -54,7 +54,7 @@ def cnn():
                                 torch.nn.MaxPool2d(2), *block(256, 256), torch.nn.AdaptiveAvgPool2d(1),
                                 torch.nn.Flatten(), torch.nn.Linear(256, 10)).to(dev, memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(8, 256, 3, 32, 32, device=dev).contiguous(memory_format=torch.channels_last)
+    x = [torch.randn(256, 3, 32, 32, device=dev).contiguous(memory_format=torch.channels_last) for _ in range(8)]
     y = torch.randint(0, 10, (8, 256), device=dev)
 
     def step(i):
