@@ -14,7 +14,8 @@
 //! this process the token, which may be much later; its tag tells it apart from other replies.
 //!
 //! An attached process may open a second connection whose only request is [`Request::Watch`]:
-//! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early. The
+//! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early, and
+//! [`Reply::Joined`] when another process's lease started beside its own. The
 //! daemon never trusts what a client says about who it is: identity comes from the socket's
 //! peer credentials.
 //!
@@ -27,7 +28,7 @@
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -191,6 +192,9 @@ pub enum Reply {
     /// On the watch connection: end the current lease at the next launch (an interactive client
     /// wants its GPU).
     Revoke,
+    /// On the watch connection: another process's lease started beside the current one (without
+    /// MPS): from now on the lease is shared, as if granted with [`GRANT_SHARED`].
+    Joined,
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
@@ -509,6 +513,7 @@ impl Reply {
             Reply::NotExtended => 6,
             Reply::Revoke => 7,
             Reply::Status { .. } => 8,
+            Reply::Joined => 9,
         });
         match self {
             Reply::Welcome {
@@ -551,7 +556,7 @@ impl Reply {
                 f.u32(code.to_u32());
                 f.str(message);
             }
-            Reply::NotExtended | Reply::Revoke => {}
+            Reply::NotExtended | Reply::Revoke | Reply::Joined => {}
             Reply::Status { flags, data } => {
                 f.u32(*flags);
                 f.bytes(data);
@@ -602,6 +607,7 @@ impl Reply {
                 flags: r.u32()?,
                 data: r.bytes()?.to_vec(),
             },
+            9 => Reply::Joined,
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -747,6 +753,7 @@ mod tests {
             },
             Reply::NotExtended,
             Reply::Revoke,
+            Reply::Joined,
             Reply::Reserved { used: 1 },
             Reply::OverCap { used: 2, cap: 3 },
             Reply::Error {

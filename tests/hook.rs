@@ -1788,6 +1788,42 @@ fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
     );
 }
 
+/// A process that launches a short kernel, synchronizes and then works on the host for
+/// milliseconds (an inference loop, a training loop reading its loss) sees its markers done
+/// only at its next launch, long after the GPU finished them: the hook does not take its
+/// kernels for ones as long as its pauses (it would then hold each launch back for the one
+/// before it to finish, and beside others for their turns too).
+#[test]
+fn kernels_seen_done_after_a_pause_do_not_teach_a_long_time_per_launch() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = overlapping_daemon("").start();
+    measured("50 us kernels, each followed by 3 ms on the host", || {
+        let (_dir, log, gpu) = shared_gpu_files();
+        let out = Run::new(Via::Dlsym)
+            .daemon(&d)
+            .log(&log)
+            .env("FAKE_CUDA_GPU", &gpu.display().to_string())
+            .env("GPUSHARE_STATS", "1")
+            .output(&["run:400:50000:1:3000"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let most: u64 = err
+            .rsplit("(at most ")
+            .next()
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no stats line: {err}"));
+        eprintln!("time per launch learnt: at most {most} us");
+        // learnt only from completions seen within half the time they took: at most twice 50 us
+        if most > 200 {
+            return Err(format!("learnt up to {most} us per 50 us kernel"));
+        }
+        Ok(())
+    });
+}
+
 /// An interactive client's kernels run at once beside a saturating batch client (whose lease
 /// is revoked and whose queue is bounded), while the same program as a batch client waits for
 /// the other's leases to end.

@@ -450,6 +450,44 @@ fn forged_gpu_time_locks_nobody_out() {
     );
 }
 
+/// A process granted the GPU alone is told on its watch connection when another process's
+/// lease starts beside its own (without MPS): from then on its markers also wait for the other's
+/// turns, and it must not take their times for its own kernels'.
+#[test]
+fn a_lease_granted_alone_is_told_when_another_starts_beside_it() {
+    let d = Daemon::start(
+        "[daemon]\nquantum = \"5s\"\n[clients.a]\nusers = [\"*\"]\n[clients.b]\nusers = [\"*\"]\n",
+        None,
+    );
+    let mut a = d.connect();
+    let Reply::Welcome { session, .. } = a.hello("a") else {
+        panic!("no welcome")
+    };
+    let mut watch = d.connect();
+    watch.send(&Request::Watch { session });
+    a.send(&Request::Acquire { device: GPU0 });
+    assert!(
+        matches!(a.recv(), Some(Reply::Grant { flags, .. }) if flags & GRANT_SHARED == 0),
+        "alone: not shared"
+    );
+    assert_eq!(watch.recv_within(Duration::from_millis(200)), None);
+    let mut b = d.connect();
+    b.hello("b");
+    b.send(&Request::Acquire { device: GPU0 });
+    assert!(
+        matches!(
+            b.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { flags, .. }) if flags & GRANT_SHARED != 0
+        ),
+        "the same weight: beside the first, shared"
+    );
+    assert_eq!(
+        watch.recv_within(Duration::from_secs(1)),
+        Some(Reply::Joined),
+        "the first holder is told"
+    );
+}
+
 /// An interactive client's process gets a lease at once while a batch process holds one; the
 /// batch process is told on its watch connection, and waits for the next lease after its
 /// release. Only the process that owns a session may watch it.

@@ -53,6 +53,9 @@ static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
 /// The current lease was extended (the daemon extends a lease beside others only while every
 /// process weighs the same).
 static EXTENDED: AtomicBool = AtomicBool::new(false);
+/// The daemon said that another lease started beside this process's (its `Joined`) since this
+/// process last asked for a lease: a grant answered before the notice came is shared too.
+static JOINED: AtomicBool = AtomicBool::new(false);
 /// How much smaller the queue budget is on a tight lease.
 const TIGHT_DIVISOR: u64 = 4;
 
@@ -60,8 +63,9 @@ const TIGHT_DIVISOR: u64 = 4;
 struct Marker {
     event: CUevent,
     recorded: u64,
-    /// Seen pending at a check: the GPU worked through the time until it completed.
-    seen_pending: bool,
+    /// When a check last saw it pending (0: never): the GPU worked through the time until it
+    /// completed, some time between then and when a check saw it done.
+    seen_pending_at: u64,
     /// Recorded after one launch (not by the lease thread after several): its completion
     /// teaches the GPU time per launch.
     after_launch: bool,
@@ -130,10 +134,19 @@ impl Pacer {
         self.head = (self.head + 1) % RING;
         self.len -= 1;
         STALLED.store(false, Relaxed);
-        if m.seen_pending && m.after_launch && !SHARED.load(Relaxed) {
-            // The GPU was busy from the later of the previous completion and this record until now.
+        if m.seen_pending_at != 0 && m.after_launch && !SHARED.load(Relaxed) {
+            // The GPU was busy from the later of the previous completion and this record until it
+            // completed, between when it was last seen pending and now. Seen done late (the
+            // program synchronized, then worked on the host), the time is not known well enough
+            // to learn from: a process that launches a few short kernels between pauses would be
+            // taken for one with kernels as long as its pauses.
             let took = done_at.saturating_sub(self.last_done.max(m.recorded));
-            self.set_per_launch(learn(self.per_launch_ns, took));
+            let unsure = done_at.saturating_sub(m.seen_pending_at);
+            if unsure.saturating_mul(2) <= took {
+                self.set_per_launch(learn(self.per_launch_ns, took));
+            } else {
+                stats::UNSURE.add(1);
+            }
         }
         self.last_done = done_at;
         self.spare.push(m.event);
@@ -151,8 +164,9 @@ impl Pacer {
         while let Some(m) = self.front() {
             // SAFETY: a live event of ours.
             if unsafe { query(m.event) } == CUDA_NOT_READY {
-                m.seen_pending = true;
-                self.last_pending = now_ns();
+                let now = now_ns();
+                m.seen_pending_at = now;
+                self.last_pending = now;
                 break;
             }
             self.pop(now_ns());
@@ -197,6 +211,24 @@ pub fn set_shared(shared: bool) {
         p.set_per_launch(at_grant);
     }
     SHARED.store(shared, Relaxed);
+}
+
+/// Another lease started beside this process's, granted alone (the daemon's `Joined`, on the
+/// watch connection): the lease is shared from now on, and what it learnt since it began is
+/// forgotten ([`set_shared`]).
+pub fn joined() {
+    set_shared(true);
+    JOINED.store(true, Relaxed);
+}
+
+/// This process asks for a lease: a `Joined` that comes from now on is about the lease it gets.
+pub fn asking() {
+    JOINED.store(false, Relaxed);
+}
+
+/// Whether a `Joined` came since this process last asked for a lease (and forgets it).
+pub fn take_joined() -> bool {
+    JOINED.swap(false, Relaxed)
 }
 
 /// Whether the current lease is *relaxed*: a batch process's, extended beside others, not
@@ -414,7 +446,7 @@ fn record_marker(stream: CUstream, after_launch: bool) {
     p.ring[slot] = Some(Marker {
         event,
         recorded: now,
-        seen_pending: false,
+        seen_pending_at: 0,
         after_launch,
     });
     p.len += 1;

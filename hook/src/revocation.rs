@@ -1,5 +1,6 @@
 //! The watch connection: a second connection to the daemon, read by a thread of its own, on
-//! which the daemon revokes this process's lease when an interactive client wants the GPU.
+//! which the daemon revokes this process's lease when an interactive client wants the GPU, and
+//! says when another process's lease started beside this one's.
 //!
 //! The thread blocks in a read and does nothing else; when the daemon goes away the read ends,
 //! the thread tells the session (which re-attaches) and ends.
@@ -48,8 +49,10 @@ pub fn watch(socket: &Path, session: u64, closed: fn()) {
 
 fn read(mut link: Link) {
     while let Ok(reply) = link.receive() {
-        if reply == Reply::Revoke {
-            crate::lease::revoke();
+        match reply {
+            Reply::Revoke => crate::lease::revoke(),
+            Reply::Joined => crate::pacing::joined(),
+            _ => {}
         }
     }
 }

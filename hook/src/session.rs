@@ -485,6 +485,7 @@ fn unexpected(r: Reply) -> std::io::Error {
 /// Blocks until the daemon grants the token of `device`; the lease length, or `None` when
 /// unmanaged.
 pub fn acquire(device: DeviceId) -> Option<u64> {
+    crate::pacing::asking();
     with_link(|l| match l.call_untimed(&Request::Acquire { device })? {
         Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
         r => Err(unexpected(r)),
@@ -495,7 +496,8 @@ pub fn acquire(device: DeviceId) -> Option<u64> {
 /// pacer whether the lease is shared, whether its queue must stay short for an interactive
 /// client, and whether it was extended.
 fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
-    crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0);
+    let joined = crate::pacing::take_joined();
+    crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0 || joined);
     crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
     crate::pacing::set_extended(extended);
     lease_ns
@@ -505,6 +507,7 @@ fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
 /// lease, in one request, so the daemon weighs this process among the waiting ones; the lease
 /// length, or `None` when unmanaged.
 pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
+    crate::pacing::asking();
     with_link(
         |l| match l.call_untimed(&Request::Renew { device, busy_ns })? {
             Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
@@ -516,6 +519,7 @@ pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
 /// Asks to keep the token for another lease without draining first; the lease length when
 /// nobody else waits, `None` otherwise (or when unmanaged).
 pub fn extend(device: DeviceId) -> Option<u64> {
+    crate::pacing::asking();
     with_link(|l| match l.call(&Request::Extend { device })? {
         Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags, true))),
         Reply::NotExtended => Ok(None),

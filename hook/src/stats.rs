@@ -52,6 +52,8 @@ pub static SAMPLE_MARKERS: Counter = Counter::new();
 /// launch learnt.
 pub static TIMED: Counter = Counter::new();
 pub static LOWERED: Counter = Counter::new();
+/// Markers whose completion was seen too late to learn the GPU time per launch from.
+pub static UNSURE: Counter = Counter::new();
 /// The GPU time per launch learnt last, and the longest (nanoseconds).
 pub static PER_LAUNCH_NS: Counter = Counter::new();
 pub static PER_LAUNCH_MAX_NS: Counter = Counter::new();
@@ -70,8 +72,8 @@ pub fn line() -> String {
     format!(
         "stats: {} grants, {} extensions, {:.1} ms renewing, {} given back by the lease thread; \
          {} queue checks, {} waits ({:.1} ms), {} markers dropped (ring full); {} samples, \
-         {} sampling markers; {} launches timed, {} lowered the time per launch learnt, now {} us \
-         (at most {} us)",
+         {} sampling markers; {} launches timed, {} lowered the time per launch learnt, {} seen done \
+         too late to learn from, now {} us (at most {} us)",
         GRANTS.get(),
         EXTENSIONS.get(),
         ms(&RENEW_NS),
@@ -84,6 +86,7 @@ pub fn line() -> String {
         SAMPLE_MARKERS.get(),
         TIMED.get(),
         LOWERED.get(),
+        UNSURE.get(),
         PER_LAUNCH_NS.get() / 1000,
         PER_LAUNCH_MAX_NS.get() / 1000,
     )

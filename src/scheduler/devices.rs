@@ -177,6 +177,19 @@ impl Schedulers {
         all
     }
 
+    /// The sessions whose leases alone others joined since the last call, on any device
+    /// ([`Scheduler::take_joined`]), each once.
+    pub fn take_joined(&mut self) -> Vec<SessionId> {
+        let mut all: Vec<SessionId> = self
+            .devices
+            .values_mut()
+            .flat_map(|s| s.take_joined())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// A process's demand estimate on `device`.
     pub fn demand(&self, device: DeviceId, session: SessionId) -> Option<f64> {
         self.devices.get(&device)?.demand(session)
@@ -184,7 +197,7 @@ impl Schedulers {
 
     /// Ends the leases that ran out and picks the next holders, device by device: one grant to
     /// send with its device, if any; call again until it returns `None`, then send
-    /// [`Schedulers::take_revoked`].
+    /// [`Schedulers::take_revoked`] and [`Schedulers::take_joined`].
     pub fn poll(&mut self, now: Nanos) -> Option<(DeviceId, Grant)> {
         self.devices
             .iter_mut()

@@ -213,6 +213,9 @@ pub struct Scheduler {
     demand: Demands,
     /// Revoked leases whose holders have not been told yet.
     revoked: Vec<SessionId>,
+    /// Leases granted alone (without MPS) that another started beside, whose holders have not
+    /// been told yet.
+    joined: Vec<SessionId>,
     /// When each session's last lease ended.
     lease_log: LeaseLog,
     /// What each process got and waited, until [`Scheduler::take_session_usage`].
@@ -236,6 +239,7 @@ impl Scheduler {
             demand_gated: false,
             demand: Demands::default(),
             revoked: Vec::new(),
+            joined: Vec::new(),
             lease_log: LeaseLog::default(),
             books: BTreeMap::new(),
             interactive_at: None,
@@ -567,6 +571,13 @@ impl Scheduler {
         std::mem::take(&mut self.revoked)
     }
 
+    /// The sessions whose leases, granted alone, another lease started beside since the last
+    /// call (without MPS): tell them, so that they stop taking their markers' times, which now
+    /// include the others' turns, for their own ([`Grant::shared`]).
+    pub fn take_joined(&mut self) -> Vec<SessionId> {
+        std::mem::take(&mut self.joined)
+    }
+
     /// A process's demand estimate (`None` for a session the scheduler has not seen).
     pub fn demand(&self, session: SessionId) -> Option<f64> {
         self.demand.get(session)
@@ -575,7 +586,7 @@ impl Scheduler {
     /// Ends the leases that ran out and picks the next holder: an interactive client at once
     /// (revoking the batch leases that run), else, while a slot is free and demand allows, the
     /// waiting client furthest behind. Returns one grant to send, if any; call again until it
-    /// returns `None`, then send [`Scheduler::take_revoked`].
+    /// returns `None`, then send [`Scheduler::take_revoked`] and [`Scheduler::take_joined`].
     pub fn poll(&mut self, now: Nanos) -> Option<Grant> {
         let grace = self.grace;
         self.settle(now);
@@ -588,7 +599,8 @@ impl Scheduler {
         }
         self.prune_usage(now);
         let burst = self.burst();
-        let mut best: Option<(f64, ClientId)> = None;
+        // batch clients that wait, in line: furthest behind (smallest virtual time) first
+        let mut line: Vec<(f64, ClientId)> = Vec::new();
         let mut urgent: Option<(f64, ClientId)> = None;
         // The virtual clock follows the clients that wait or hold a lease: a holder's virtual
         // time counts, or one that renews (released, not yet waiting again) would be moved up
@@ -608,15 +620,14 @@ impl Scheduler {
             if c.credit <= 0.0 {
                 continue;
             }
-            let slot = if c.shares.interactive {
-                &mut urgent
-            } else {
-                &mut best
-            };
-            if slot.is_none_or(|(v, _)| c.vtime < v) {
-                *slot = Some((c.vtime, id));
+            if !c.shares.interactive {
+                line.push((c.vtime, id));
+            } else if urgent.is_none_or(|(v, _)| c.vtime < v) {
+                urgent = Some((c.vtime, id));
             }
         }
+        // stable: equal virtual times keep the clients' order
+        line.sort_by(|a, b| a.0.total_cmp(&b.0));
         if min_active.is_finite() {
             self.vclock = self.vclock.max(min_active);
         }
@@ -645,7 +656,7 @@ impl Scheduler {
             self.revoked.extend(revoked);
             return self.grant(id, now, false);
         }
-        let (_, id) = best?;
+        let &(_, id) = line.first()?;
         if self.holders.len() >= self.slots {
             return None;
         }
@@ -666,11 +677,42 @@ impl Scheduler {
                     return None;
                 }
                 if !self.fair_beside(id, next, now) {
-                    return None;
+                    return self.backfill(&line[1..], id, next, now);
                 }
             }
         }
         self.grant(id, now, probe)
+    }
+
+    /// The first in line, `first` (its process `first_next`), cannot start beside the running
+    /// leases: a lease for the next waiting client in `rest` whose process can, and beside which
+    /// `first`'s can start once the running ones end, so that it waits no longer for it. A light
+    /// process (an inference client, a launch-bound loop) does not wait behind a saturating one
+    /// for a turn it does not need. Processes due a probe wait for the GPU to themselves.
+    fn backfill(
+        &mut self,
+        rest: &[(f64, ClientId)],
+        first: ClientId,
+        first_next: SessionId,
+        now: Nanos,
+    ) -> Option<Grant> {
+        let first_proc = (
+            self.demand.get(first_next).unwrap_or(1.0),
+            self.process_weight(first),
+        );
+        let id = rest.iter().map(|&(_, id)| id).find(|&id| {
+            let Some(&next) = self.clients.get(&id).and_then(|c| c.waiting.front()) else {
+                return false;
+            };
+            let proc = (
+                self.demand.get(next).unwrap_or(1.0),
+                self.process_weight(id),
+            );
+            !self.demand.probe_due(next)
+                && self.fair_beside(id, next, now)
+                && fairness::fair_together(&[proc, first_proc])
+        })?;
+        self.grant(id, now, false)
     }
 
     /// A lease for the next waiting session of client `id`; a `probe` lasts a quarter quantum.
@@ -688,6 +730,9 @@ impl Scheduler {
         c.waited_total += book.end_wait(now);
         let alone = self.holders.is_empty();
         for h in &mut self.holders {
+            if h.alone && self.demand_gated {
+                self.joined.push(h.session);
+            }
             h.alone = false;
         }
         let shared = self.demand_gated && !alone;

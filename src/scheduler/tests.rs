@@ -580,6 +580,30 @@ fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
     }
 }
 
+/// A light process (an inference client) among saturating processes of unequal weights (one
+/// client's two training jobs beside another client's one) starts at once beside whichever of
+/// them runs, even while a heavy one that cannot start beside it is first in line: it fits,
+/// and the heavy one can still start beside it once the GPU is free of the other.
+#[test]
+fn a_light_process_does_not_wait_behind_a_heavy_one_first_in_line() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.4, 1.0), 0);
+    s.set_client(2, shares(0.4, 1.0), 0);
+    s.set_client(3, shares(0.2, 1.0), 0);
+    let sessions = [(1, 10, 1.0), (1, 11, 1.0), (2, 20, 1.0), (3, 30, 0.1)];
+    let (_, held) = run_gated(&mut s, &sessions, 20 * S);
+    assert!(held[&3] > 0.9, "the light process held {:.3}", held[&3]);
+    // the heavy ones still take their turns: client 1's two together (they weigh the same),
+    // client 2's alone. Leases that run together are charged equal parts of their time, so the
+    // light process's part of client 2's turns moves them towards client 2 (0.45 due of 0.9).
+    assert!(
+        held[&1] > 2.0 * 0.4,
+        "client 1's two processes held {:.3}",
+        held[&1]
+    );
+    assert!(held[&2] > 0.45, "client 2 held {:.3}", held[&2]);
+}
+
 #[test]
 fn a_process_that_would_take_more_than_its_due_in_equal_turns_does_not_overlap() {
     let mut s = gated(20 * MS);
@@ -813,6 +837,33 @@ fn light_processes_keep_overlapping_though_they_look_busy_together() {
         probe_time / MS,
         span / 2 / MS
     );
+}
+
+/// A lease granted alone that another starts beside is reported once, so that its holder
+/// learns that it is shared now; under MPS (no overlap by demand) nobody is told.
+#[test]
+fn holders_granted_alone_are_told_when_another_lease_joins() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    let first = s.poll(0).unwrap();
+    assert!(!first.shared);
+    assert!(s.take_joined().is_empty(), "nobody beside it yet");
+    let second = s.poll(0).unwrap();
+    assert!(second.shared);
+    assert_eq!(s.take_joined(), vec![first.session]);
+    assert!(s.take_joined().is_empty(), "told once");
+
+    let mut mps = Scheduler::new(20 * MS, 0);
+    mps.set_slots(2, false);
+    mps.set_client(1, shares(0.5, 1.0), 0);
+    mps.set_client(2, shares(0.5, 1.0), 0);
+    mps.acquire(1, 10, 0);
+    mps.acquire(2, 20, 0);
+    assert!(mps.poll(0).is_some() && mps.poll(0).is_some());
+    assert!(mps.take_joined().is_empty());
 }
 
 /// A lease that starts beside others (by demand) says so, so that its process does not hold

@@ -463,9 +463,19 @@ impl State {
                 self.sched.session_gone(g.session, now);
             }
         }
-        for session in self.sched.take_revoked() {
+        let revoked = self
+            .sched
+            .take_revoked()
+            .into_iter()
+            .map(|s| (s, Reply::Revoke));
+        let joined = self
+            .sched
+            .take_joined()
+            .into_iter()
+            .map(|s| (s, Reply::Joined));
+        for (session, reply) in revoked.chain(joined) {
             if let Some(tx) = self.sessions.get(&session).and_then(|s| s.watch.as_ref()) {
-                let _ = tx.send(Reply::Revoke);
+                let _ = tx.send(reply);
             }
         }
         self.sched.next_wakeup(now)
