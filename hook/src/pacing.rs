@@ -366,10 +366,25 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
         };
         // SAFETY: an event of ours (markers' events are reused, never destroyed, once recorded).
         let waited_from = now_ns();
+        let last_pending = std::cell::Cell::new(waited_from);
         let done = wait_until_done(
-            || unsafe { query(event) } != CUDA_NOT_READY,
+            || {
+                let pending = unsafe { query(event) } == CUDA_NOT_READY;
+                if pending {
+                    last_pending.set(now_ns());
+                }
+                !pending
+            },
             wait_limit_ns.saturating_sub(waited_from - start),
         );
+        if done {
+            // Watched until it completed: its completion time is known (to a poll), and the
+            // time per launch learns from it.
+            let mut p = PACER.lock();
+            if let Some(m) = p.front().filter(|m| m.event == event) {
+                m.seen_pending_at = m.seen_pending_at.max(last_pending.get());
+            }
+        }
         stats::CHECK_WAITS.add(1);
         stats::CHECK_WAIT_NS.add(now_ns().saturating_sub(waited_from));
         if !done {

@@ -27,9 +27,14 @@
 //! that demands stay measured where they decide. Leases that run together are each charged
 //! their part of the time.
 //!
+//! A process that fits beside the running leases does not wait behind the first in line when that
+//! one does not, as long as the first can start beside it later ([`Scheduler::backfill`]). A
+//! lease granted alone that another joins is reported ([`Scheduler::take_joined`]).
+//!
 //! *Interactive* clients get a lease as soon as they ask, beside any other; the leases of batch
 //! clients running then are *revoked*: they end at their holder's next launch (the daemon tells
-//! the process; [`Scheduler::take_revoked`]).
+//! the process; [`Scheduler::take_revoked`]). So are they when a process due a probe comes first:
+//! it waits for their drained queues, then runs alone.
 //!
 //! With more than one *slot* and overlap not gated by demand (under MPS, where the kernels of
 //! several processes run together), up to that many leases run at once; requests then decide who
@@ -213,6 +218,8 @@ pub struct Scheduler {
     demand: Demands,
     /// Revoked leases whose holders have not been told yet.
     revoked: Vec<SessionId>,
+    /// The process due a probe for which the running leases were ended: it goes next.
+    probe_next: Option<(ClientId, SessionId)>,
     /// Leases granted alone (without MPS) that another started beside, whose holders have not
     /// been told yet.
     joined: Vec<SessionId>,
@@ -240,6 +247,7 @@ impl Scheduler {
             demand: Demands::default(),
             revoked: Vec::new(),
             joined: Vec::new(),
+            probe_next: None,
             lease_log: LeaseLog::default(),
             books: BTreeMap::new(),
             interactive_at: None,
@@ -640,25 +648,25 @@ impl Scheduler {
             self.interactive_at = Some(now);
         }
         if let Some((_, id)) = urgent {
-            let mut revoked = vec![];
-            for h in &mut self.holders {
-                if !h.revoked
-                    && !self
-                        .clients
-                        .get(&h.client)
-                        .is_some_and(|c| c.shares.interactive)
-                {
-                    h.revoked = true;
-                    h.end = h.end.min(now);
-                    revoked.push(h.session);
-                }
-            }
-            self.revoked.extend(revoked);
+            self.revoke_batch(now);
             return self.grant(id, now, false);
         }
-        let &(_, id) = line.first()?;
+        let &(_, mut id) = line.first()?;
         if self.holders.len() >= self.slots {
             return None;
+        }
+        // The leases were ended for a probe: it goes next, ahead of those who were behind it
+        // when it came first and whose leases ended for it.
+        match self.probe_next {
+            Some((client, session))
+                if self
+                    .clients
+                    .get(&client)
+                    .is_some_and(|c| c.waiting.front() == Some(&session) && c.credit > 0.0) =>
+            {
+                id = client;
+            }
+            _ => self.probe_next = None,
         }
         let mut probe = false;
         if self.demand_gated {
@@ -671,9 +679,17 @@ impl Scheduler {
                     || !self.equal_weights()
                     || self.interactive_recently(now));
             if !self.holders.is_empty() {
-                if probe || self.holders.iter().any(|h| h.revoked || h.probe) {
-                    // a probe waits for the GPU to itself (and nothing starts beside one), as a
-                    // hand-over to an interactive client does
+                if probe {
+                    // A probe waits for the GPU to itself, and nothing starts meanwhile: the
+                    // batch leases running end at their holders' next launch, so that everyone
+                    // waits for their drained queues, not for the rest of their leases.
+                    self.revoke_batch(now);
+                    self.probe_next = Some((id, next));
+                    return None;
+                }
+                if self.holders.iter().any(|h| h.revoked || h.probe) {
+                    // nothing starts beside a probe, or while leases drain for one (or for an
+                    // interactive client)
                     return None;
                 }
                 if !self.fair_beside(id, next, now) {
@@ -681,7 +697,26 @@ impl Scheduler {
                 }
             }
         }
+        if probe {
+            self.probe_next = None;
+        }
         self.grant(id, now, probe)
+    }
+
+    /// Ends the running batch leases at their holders' next launch (they are told through
+    /// [`Scheduler::take_revoked`]); an interactive client's lease runs on.
+    fn revoke_batch(&mut self, now: Nanos) {
+        for h in &mut self.holders {
+            let interactive = self
+                .clients
+                .get(&h.client)
+                .is_some_and(|c| c.shares.interactive);
+            if !h.revoked && !interactive {
+                h.revoked = true;
+                h.end = h.end.min(now);
+                self.revoked.push(h.session);
+            }
+        }
     }
 
     /// The first in line, `first` (its process `first_next`), cannot start beside the running

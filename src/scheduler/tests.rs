@@ -866,6 +866,143 @@ fn holders_granted_alone_are_told_when_another_lease_joins() {
     assert!(mps.take_joined().is_empty());
 }
 
+/// A process due a probe (its demand measured alone) at the head of the line ends the running
+/// batch leases at their holders' next launch: it, and everyone behind it, waits for their
+/// drained queues, not for the rest of their leases.
+#[test]
+fn a_probe_due_ends_the_running_leases_early() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    for (c, sid) in [(1, 10), (2, 20)] {
+        s.acquire(c, sid, 0);
+        // light at first: a lease that kept the GPU idle
+        let g = s.poll(0).unwrap();
+        s.release(g.session, 0, 20 * MS);
+        s.acquire(c, sid, 20 * MS);
+    }
+    let t = 20 * MS;
+    let a = s.poll(t).unwrap();
+    let b = s.poll(t).unwrap();
+    assert_eq!(s.holder_count(), 2, "light processes run together");
+    assert!(s.take_revoked().is_empty());
+    // b comes back busy all along beside a: ambiguous, it is due a probe
+    s.release(b.session, 5 * MS, t + 5 * MS);
+    s.acquire(b.client, b.session, t + 5 * MS);
+    assert_eq!(
+        s.poll(t + 5 * MS),
+        None,
+        "the probe waits for the GPU to itself"
+    );
+    assert_eq!(
+        s.take_revoked(),
+        vec![a.session],
+        "a's lease ends at its next launch"
+    );
+    assert_eq!(
+        s.extend(a.session, t + 6 * MS),
+        None,
+        "a revoked lease is not extended"
+    );
+    s.release(a.session, MS, t + 7 * MS);
+    s.acquire(a.client, a.session, t + 7 * MS);
+    let probe = s.poll(t + 7 * MS).unwrap();
+    assert_eq!(
+        (probe.session, probe.lease_ns),
+        (b.session, 5 * MS),
+        "the probe, a short lease"
+    );
+    assert_eq!(s.poll(t + 7 * MS), None, "nothing beside a probe");
+    assert!(s.take_revoked().is_empty(), "nothing more to end");
+}
+
+/// An inference-like process (a short lease of work every 5 ms) among saturating processes of
+/// unequal weights, all of which (it too) look busy beside each other and are probed now and
+/// then: it waits for drained queues and short probes, never for the rest of a 20 ms lease.
+#[test]
+fn a_light_process_waits_little_while_the_others_are_probed() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.4, 1.0), 0);
+    s.set_client(2, shares(0.4, 1.0), 0);
+    s.set_client(3, shares(0.2, 1.0), 0);
+    let heavy = [(1, 10), (1, 11), (2, 20)];
+    // (client, session, start, end) of the running leases
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
+    for &(c, sid) in &heavy {
+        s.acquire(c, sid, 0);
+    }
+    let (light, mut asked, mut next_request) = (30, None::<Nanos>, 0);
+    let mut waits: Vec<Nanos> = vec![];
+    let span = 20 * S;
+    let mut t = 0;
+    while t < span {
+        let revoked = s.take_revoked();
+        let together = leases.len();
+        leases.retain(|&(c, sid, start, end)| {
+            // a revoked holder ends at its next launch, its queue drained a millisecond later
+            let over = end <= t || (revoked.contains(&sid) && t > start);
+            if !over {
+                return true;
+            }
+            let wall = t - start;
+            if sid == light {
+                // its request done: alone the GPU was busy a tenth of it; beside others its
+                // work also waited for their time slices, and it looks busy. It asks again in
+                // 5 ms.
+                let busy = if together > 1 {
+                    wall * 6 / 10
+                } else {
+                    wall / 10
+                };
+                s.release(sid, busy, t);
+                next_request = t + 5 * MS;
+            } else {
+                // busy all along, alone and (waiting for the others' turns) beside them
+                s.release(sid, wall, t);
+                s.acquire(c, sid, t);
+            }
+            false
+        });
+        for sid in revoked {
+            if let Some(l) = leases.iter_mut().find(|l| l.1 == sid) {
+                l.3 = l.3.min(t + MS);
+            }
+        }
+        if asked.is_none() && t >= next_request && !leases.iter().any(|l| l.1 == light) {
+            s.acquire(3, light, t);
+            asked = Some(t);
+        }
+        while let Some(g) = s.poll(t) {
+            // the light process's request takes a millisecond of its lease
+            let end = if g.session == light {
+                t + MS
+            } else {
+                t + g.lease_ns
+            };
+            if g.session == light {
+                if let Some(since) = asked.take() {
+                    if t >= span / 4 {
+                        waits.push(t - since);
+                    }
+                }
+            }
+            leases.push((g.client, g.session, t, end));
+        }
+        t += MS / 4;
+    }
+    waits.sort_unstable();
+    assert!(waits.len() > 1000, "{} requests served", waits.len());
+    // a probe of its own or of another: the running leases' queues drained (1 ms here), then
+    // a 5 ms probe
+    let longest = *waits.last().unwrap();
+    assert!(
+        longest <= 8 * MS,
+        "longest wait {} us, 99.9th percentile {} us",
+        longest / 1000,
+        waits[waits.len() * 999 / 1000] / 1000
+    );
+}
+
 /// A lease that starts beside others (by demand) says so, so that its process does not hold
 /// its launches back for a queue that is long only because of the others' work.
 #[test]
