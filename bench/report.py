@@ -131,6 +131,22 @@ if lb:
           "configuration)",
           ["mode", "round", "jobs done", "aggregate steps/s", "vs time-slicing", "mean job s", "job wall s"], rows)
 
+mix = load("mixed_summary.json")
+if mix:
+    phases = {k: v for k, v in mix.get("phases", {}).items() if not k.endswith(".solo")}
+    jobs = sorted({j for v in phases.values() for j in v["jobs"]})
+    rows = []
+    for k, v in phases.items():
+        def cell(j):
+            x = v["jobs"].get(j)
+            if not x:
+                return "-"
+            c = f(x.get("vs_timeslice")) if "vs_timeslice" in x else f(x.get("share"))
+            return c + (f" ({f(x['p50_ms'], 2)}/{f(x['p99_ms'], 2)} ms)" if "p99_ms" in x else "")
+        rows.append([k, f(v.get("sum_of_shares"))] + [cell(j) for j in jobs])
+    table("A lab's mix: each job's rate under gpushare over its rate under time-slicing (time-slicing "
+          "rows: rate over solo; inference p50/p99)", ["phase", "sum of shares"] + jobs, rows)
+
 compat = load("hook_compat_summary.json")
 if compat:
     table("Framework compatibility (results under the hook identical to without)", ["program", "identical"],
