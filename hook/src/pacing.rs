@@ -205,30 +205,34 @@ fn query_fn() -> Option<Query> {
 /// others joined learnt the GPU time per launch from markers that also waited for their turns:
 /// what it learnt is forgotten when the next lease says so.
 pub fn set_shared(shared: bool) {
-    if shared && !SHARED.swap(shared, Relaxed) {
+    // SeqCst with JOINED: a `Joined` that comes while a grant is handled is never lost
+    // ([`joined`], [`take_joined`])
+    if shared && !SHARED.swap(shared, SeqCst) {
         let mut p = PACER.lock();
         let at_grant = p.per_launch_at_grant;
         p.set_per_launch(at_grant);
     }
-    SHARED.store(shared, Relaxed);
+    SHARED.store(shared, SeqCst);
 }
 
 /// Another lease started beside this process's, granted alone (the daemon's `Joined`, on the
 /// watch connection): the lease is shared from now on, and what it learnt since it began is
 /// forgotten ([`set_shared`]).
 pub fn joined() {
+    JOINED.store(true, SeqCst);
     set_shared(true);
-    JOINED.store(true, Relaxed);
 }
 
 /// This process asks for a lease: a `Joined` that comes from now on is about the lease it gets.
 pub fn asking() {
-    JOINED.store(false, Relaxed);
+    JOINED.store(false, SeqCst);
 }
 
-/// Whether a `Joined` came since this process last asked for a lease (and forgets it).
+/// Whether a `Joined` came since this process last asked for a lease (and forgets it). Called
+/// after the grant's own [`set_shared`]: a `Joined` handled between the two is seen here, and
+/// one handled after it sets the lease shared itself.
 pub fn take_joined() -> bool {
-    JOINED.swap(false, Relaxed)
+    JOINED.swap(false, SeqCst)
 }
 
 /// Whether the current lease is *relaxed*: a batch process's, extended beside others, not

@@ -496,8 +496,11 @@ pub fn acquire(device: DeviceId) -> Option<u64> {
 /// pacer whether the lease is shared, whether its queue must stay short for an interactive
 /// client, and whether it was extended.
 fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
-    let joined = crate::pacing::take_joined();
-    crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0 || joined);
+    crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0);
+    if crate::pacing::take_joined() {
+        // another lease started beside this one before the grant was handled here
+        crate::pacing::set_shared(true);
+    }
     crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
     crate::pacing::set_extended(extended);
     lease_ns

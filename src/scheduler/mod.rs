@@ -656,29 +656,28 @@ impl Scheduler {
             return None;
         }
         // The leases were ended for a probe: it goes next, ahead of those who were behind it
-        // when it came first and whose leases ended for it.
-        match self.probe_next {
-            Some((client, session))
-                if self
-                    .clients
-                    .get(&client)
-                    .is_some_and(|c| c.waiting.front() == Some(&session) && c.credit > 0.0) =>
-            {
+        // when it came first and whose leases ended for it, while it is still due one.
+        if let Some((client, session)) = self.probe_next {
+            let still = self
+                .clients
+                .get(&client)
+                .is_some_and(|c| c.waiting.front() == Some(&session) && c.credit > 0.0)
+                && self.probe_now(session, now);
+            if still {
                 id = client;
+            } else {
+                self.probe_next = None;
             }
-            _ => self.probe_next = None,
         }
         let mut probe = false;
         if self.demand_gated {
             let next = *self.clients.get(&id)?.waiting.front()?;
-            // Demands decide nothing while every process weighs the same: no probe then, but
-            // for a process's first (its hook learns the GPU time of its launches alone, which
-            // bounds its queue beside others).
-            probe = self.demand.probe_due(next)
-                && (self.demand.never_alone(next)
-                    || !self.equal_weights()
-                    || self.interactive_recently(now));
+            probe = self.probe_now(next, now);
             if !self.holders.is_empty() {
+                if self.holders.iter().any(|h| h.probe) {
+                    // nothing starts beside a probe (nor does another probe cut it short)
+                    return None;
+                }
                 if probe {
                     // A probe waits for the GPU to itself, and nothing starts meanwhile: the
                     // batch leases running end at their holders' next launch, so that everyone
@@ -687,13 +686,12 @@ impl Scheduler {
                     self.probe_next = Some((id, next));
                     return None;
                 }
-                if self.holders.iter().any(|h| h.revoked || h.probe) {
-                    // nothing starts beside a probe, or while leases drain for one (or for an
-                    // interactive client)
+                if self.holders.iter().any(|h| h.revoked) {
+                    // nothing starts while leases drain for a probe or an interactive client
                     return None;
                 }
                 if !self.fair_beside(id, next, now) {
-                    return self.backfill(&line[1..], id, next, now);
+                    return self.backfill(&line, id, next, now);
                 }
             }
         }
@@ -701,6 +699,17 @@ impl Scheduler {
             self.probe_next = None;
         }
         self.grant(id, now, probe)
+    }
+
+    /// Whether the next lease of `session` is a probe: it is due one, and demands decide
+    /// something. They decide nothing while every process weighs the same: no probe then, but
+    /// for a process's first (its hook learns the GPU time of its launches alone, which bounds
+    /// its queue beside others).
+    fn probe_now(&self, session: SessionId, now: Nanos) -> bool {
+        self.demand.probe_due(session)
+            && (self.demand.never_alone(session)
+                || !self.equal_weights()
+                || self.interactive_recently(now))
     }
 
     /// Ends the running batch leases at their holders' next launch (they are told through
@@ -720,33 +729,47 @@ impl Scheduler {
     }
 
     /// The first in line, `first` (its process `first_next`), cannot start beside the running
-    /// leases: a lease for the next waiting client in `rest` whose process can, and beside which
+    /// leases: a lease for the next waiting client in `line` whose process can, and beside which
     /// `first`'s can start once the running ones end, so that it waits no longer for it. A light
     /// process (an inference client, a launch-bound loop) does not wait behind a saturating one
-    /// for a turn it does not need. Processes due a probe wait for the GPU to themselves.
+    /// for a turn it does not need. Processes due a probe wait for the GPU to themselves. Once
+    /// the first has waited two quanta (a running lease lasts one), nothing more starts ahead of
+    /// it: light processes that together leave it no room cannot hold it off for good.
     fn backfill(
         &mut self,
-        rest: &[(f64, ClientId)],
+        line: &[(f64, ClientId)],
         first: ClientId,
         first_next: SessionId,
         now: Nanos,
     ) -> Option<Grant> {
+        let waited = self
+            .books
+            .get(&first_next)
+            .and_then(|b| b.waiting_since)
+            .map_or(0, |since| now.saturating_sub(since));
+        if waited >= 2 * self.quantum {
+            return None;
+        }
         let first_proc = (
             self.demand.get(first_next).unwrap_or(1.0),
             self.process_weight(first),
         );
-        let id = rest.iter().map(|&(_, id)| id).find(|&id| {
-            let Some(&next) = self.clients.get(&id).and_then(|c| c.waiting.front()) else {
-                return false;
-            };
-            let proc = (
-                self.demand.get(next).unwrap_or(1.0),
-                self.process_weight(id),
-            );
-            !self.demand.probe_due(next)
-                && self.fair_beside(id, next, now)
-                && fairness::fair_together(&[proc, first_proc])
-        })?;
+        let id = line
+            .iter()
+            .map(|&(_, id)| id)
+            .filter(|&id| id != first)
+            .find(|&id| {
+                let Some(&next) = self.clients.get(&id).and_then(|c| c.waiting.front()) else {
+                    return false;
+                };
+                let proc = (
+                    self.demand.get(next).unwrap_or(1.0),
+                    self.process_weight(id),
+                );
+                !self.demand.probe_due(next)
+                    && self.fair_beside(id, next, now)
+                    && fairness::fair_together(&[proc, first_proc])
+            })?;
         self.grant(id, now, false)
     }
 

@@ -1003,6 +1003,46 @@ fn a_light_process_waits_little_while_the_others_are_probed() {
     );
 }
 
+/// A probe lease is not cut short for another process due one: that one waits for it to end.
+#[test]
+fn a_probe_is_not_ended_for_another() {
+    let mut s = gated(20 * MS);
+    for (c, request) in [(1, 0.5), (2, 0.3), (3, 0.2)] {
+        s.set_client(c, shares(request, 1.0), 0);
+    }
+    let mut t = 0;
+    for (c, sid) in [(1, 10), (2, 20), (3, 30)] {
+        // light at first: a lease alone that kept the GPU idle
+        s.acquire(c, sid, t);
+        assert_eq!(s.poll(t).unwrap().session, sid);
+        t += 20 * MS;
+        s.release(sid, 0, t);
+    }
+    for (c, sid) in [(1, 10), (2, 20), (3, 30)] {
+        s.acquire(c, sid, t);
+    }
+    while s.poll(t).is_some() {}
+    assert_eq!(s.holder_count(), 3, "light processes run together");
+    // two come back busy all along beside the others: each is due a probe
+    t += 5 * MS;
+    for (c, sid) in [(2, 20), (3, 30)] {
+        s.release(sid, 5 * MS, t);
+        s.acquire(c, sid, t);
+    }
+    assert_eq!(s.poll(t), None);
+    assert_eq!(
+        s.take_revoked(),
+        vec![10],
+        "the lease running ends for the probe"
+    );
+    s.release(10, MS, t + MS);
+    let probe = s.poll(t + MS).expect("the probe");
+    assert_eq!(probe.lease_ns, 5 * MS);
+    assert_eq!(s.poll(t + MS), None, "the other waits");
+    assert!(s.take_revoked().is_empty(), "and does not end the probe");
+    assert_eq!(s.holder(), Some((probe.client, probe.session)));
+}
+
 /// A lease that starts beside others (by demand) says so, so that its process does not hold
 /// its launches back for a queue that is long only because of the others' work.
 #[test]
