@@ -133,16 +133,11 @@ for r in $(seq "$rounds"); do
 done
 
 log "== summary (${SECONDS}s)"
-python3 - "$out" <<'PY' | tee "$outdir/mixed_summary.json"
+python3 - "$out" "$here/../share" <<'PY' | tee "$outdir/mixed_summary.json"
 import json, sys
 
-def done_at(s, t):
-    if not s or t < s[0][0] or t > s[-1][0]:
-        return None
-    for (t0, n0), (t1, n1) in zip(s, s[1:]):
-        if t0 <= t <= t1:
-            return n0 + (n1 - n0) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
-    return s[-1][1]
+sys.path.insert(0, sys.argv[2])
+from analyze import done_at  # noqa: E402
 
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 out = {"phases": {}, "errors": [r for r in rows if "error" in r], "notes": [r["note"] for r in rows if "note" in r]}

@@ -167,24 +167,18 @@ impl Schedulers {
 
     /// The sessions whose leases were revoked since the last call, on any device, each once.
     pub fn take_revoked(&mut self) -> Vec<SessionId> {
-        let mut all: Vec<SessionId> = self
-            .devices
-            .values_mut()
-            .flat_map(|s| s.take_revoked())
-            .collect();
-        all.sort_unstable();
-        all.dedup();
-        all
+        self.take_from_all(Scheduler::take_revoked)
     }
 
     /// The sessions whose leases alone others joined since the last call, on any device
     /// ([`Scheduler::take_joined`]), each once.
     pub fn take_joined(&mut self) -> Vec<SessionId> {
-        let mut all: Vec<SessionId> = self
-            .devices
-            .values_mut()
-            .flat_map(|s| s.take_joined())
-            .collect();
+        self.take_from_all(Scheduler::take_joined)
+    }
+
+    /// What `take` takes from every device's scheduler, each session once.
+    fn take_from_all(&mut self, take: fn(&mut Scheduler) -> Vec<SessionId>) -> Vec<SessionId> {
+        let mut all: Vec<SessionId> = self.devices.values_mut().flat_map(take).collect();
         all.sort_unstable();
         all.dedup();
         all

@@ -871,16 +871,7 @@ fn holders_granted_alone_are_told_when_another_lease_joins() {
 /// drained queues, not for the rest of their leases.
 #[test]
 fn a_probe_due_ends_the_running_leases_early() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.75, 1.0), 0);
-    s.set_client(2, shares(0.25, 1.0), 0);
-    for (c, sid) in [(1, 10), (2, 20)] {
-        s.acquire(c, sid, 0);
-        // light at first: a lease that kept the GPU idle
-        let g = s.poll(0).unwrap();
-        s.release(g.session, 0, 20 * MS);
-        s.acquire(c, sid, 20 * MS);
-    }
+    let mut s = light_pair_waiting();
     let t = 20 * MS;
     let a = s.poll(t).unwrap();
     let b = s.poll(t).unwrap();
@@ -1070,10 +1061,9 @@ fn leases_beside_others_are_marked_shared() {
     assert!(!m.poll(0).unwrap().shared);
 }
 
-/// Two processes that overlap while they are light ask again at every lease's end, so that
-/// their demands stay measured: once they keep the GPU busy, they take turns by request.
-#[test]
-fn overlapping_leases_are_not_extended_and_grown_demands_take_turns() {
+/// Clients of requests 0.75 (session 10) and 0.25 (session 20), whose processes each ran a lease
+/// that kept the GPU idle and wait again at 20 ms: light, they then run together.
+fn light_pair_waiting() -> Scheduler {
     let mut s = gated(20 * MS);
     s.set_client(1, shares(0.75, 1.0), 0);
     s.set_client(2, shares(0.25, 1.0), 0);
@@ -1084,6 +1074,14 @@ fn overlapping_leases_are_not_extended_and_grown_demands_take_turns() {
         s.release(g.session, 0, 20 * MS);
         s.acquire(c, sid, 20 * MS);
     }
+    s
+}
+
+/// Two processes that overlap while they are light ask again at every lease's end, so that
+/// their demands stay measured: once they keep the GPU busy, they take turns by request.
+#[test]
+fn overlapping_leases_are_not_extended_and_grown_demands_take_turns() {
+    let mut s = light_pair_waiting();
     let mut t = 20 * MS;
     let a = s.poll(t).unwrap();
     let b = s.poll(t).unwrap();
