@@ -15,8 +15,10 @@
 //!
 //! An attached process may open a second connection whose only request is [`Request::Watch`]:
 //! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early, and
-//! [`Reply::Joined`] when another process's lease started beside its own. The
-//! daemon never trusts what a client says about who it is: identity comes from the socket's
+//! [`Reply::Joined`] when another process's lease started beside its own. Both name the lease
+//! they are about by its number: leases are numbered by the [`Reply::Grant`]s the session got,
+//! from 1, so that a notice that overtakes its grant, or comes after the lease ended, applies to
+//! the lease it was meant for and to no other. The daemon never trusts what a client says about who it is: identity comes from the socket's
 //! peer credentials.
 //!
 //! Any process may open a connection whose first and only request is [`Request::Status`]: it
@@ -143,7 +145,7 @@ pub enum Request {
     /// `Renew`).
     Extend { device: DeviceId },
     /// First and only request on a second connection of an attached process: the daemon sends
-    /// [`Reply::Revoke`] on it when the process must end its lease early. `session` is the id
+    /// [`Reply::Revoke`] and [`Reply::Joined`] on it. `session` is the id
     /// from the Welcome; the peer must be the same process.
     Watch { session: u64 },
     /// First and only request on a connection that reads the daemon's status, open to every
@@ -181,7 +183,8 @@ pub enum Reply {
         sched_flags: u32,
     },
     /// The token (of the device last asked for) is this process's for `lease_ns` nanoseconds from
-    /// now; `flags`: [`GRANT_SHARED`], [`GRANT_TIGHT`].
+    /// now; `flags`: [`GRANT_SHARED`], [`GRANT_TIGHT`]. The session's nth grant (an extension's
+    /// too) starts lease number n.
     Grant { lease_ns: u64, flags: u32 },
     /// The reservation was counted; `used` is the client's total on the device afterwards.
     Reserved { used: u64 },
@@ -189,12 +192,15 @@ pub enum Reply {
     OverCap { used: u64, cap: u64 },
     /// Others wait for the token: the lease was not extended.
     NotExtended,
-    /// On the watch connection: end the current lease at the next launch (an interactive client
-    /// wants its GPU).
-    Revoke,
-    /// On the watch connection: another process's lease started beside the current one (without
-    /// MPS): from now on the lease is shared, as if granted with [`GRANT_SHARED`].
-    Joined,
+    /// On the watch connection: end lease number `lease` at the next launch (an interactive
+    /// client wants its GPU, or a process its probe).
+    Revoke { lease: u64 },
+    /// On the watch connection: another process's lease started beside lease number `lease`
+    /// (without MPS): from then on it is shared, as if granted with [`GRANT_SHARED`]. `at_ns`:
+    /// when the daemon granted the other lease, in `CLOCK_MONOTONIC` nanoseconds (the host's
+    /// clock, which the hook reads too): work of this process that completed before then ran
+    /// alone.
+    Joined { lease: u64, at_ns: u64 },
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
@@ -511,9 +517,9 @@ impl Reply {
             Reply::OverCap { .. } => 4,
             Reply::Error { .. } => 5,
             Reply::NotExtended => 6,
-            Reply::Revoke => 7,
+            Reply::Revoke { .. } => 7,
             Reply::Status { .. } => 8,
-            Reply::Joined => 9,
+            Reply::Joined { .. } => 9,
         });
         match self {
             Reply::Welcome {
@@ -556,7 +562,12 @@ impl Reply {
                 f.u32(code.to_u32());
                 f.str(message);
             }
-            Reply::NotExtended | Reply::Revoke | Reply::Joined => {}
+            Reply::Revoke { lease } => f.u64(*lease),
+            Reply::Joined { lease, at_ns } => {
+                f.u64(*lease);
+                f.u64(*at_ns);
+            }
+            Reply::NotExtended => {}
             Reply::Status { flags, data } => {
                 f.u32(*flags);
                 f.bytes(data);
@@ -602,12 +613,15 @@ impl Reply {
                 message: r.str()?,
             },
             6 => Reply::NotExtended,
-            7 => Reply::Revoke,
+            7 => Reply::Revoke { lease: r.u64()? },
             8 => Reply::Status {
                 flags: r.u32()?,
                 data: r.bytes()?.to_vec(),
             },
-            9 => Reply::Joined,
+            9 => Reply::Joined {
+                lease: r.u64()?,
+                at_ns: r.u64()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -752,8 +766,11 @@ mod tests {
                 flags: GRANT_SHARED,
             },
             Reply::NotExtended,
-            Reply::Revoke,
-            Reply::Joined,
+            Reply::Revoke { lease: 7 },
+            Reply::Joined {
+                lease: 8,
+                at_ns: 123_456_789,
+            },
             Reply::Reserved { used: 1 },
             Reply::OverCap { used: 2, cap: 3 },
             Reply::Error {
@@ -908,7 +925,9 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(e, "busy");
-        assert!(StatusReader::default().push(Reply::Revoke).is_err());
+        assert!(StatusReader::default()
+            .push(Reply::Revoke { lease: 1 })
+            .is_err());
         let mut r = StatusReader::default();
         let piece = Reply::Status {
             flags: STATUS_MORE,

@@ -1825,65 +1825,50 @@ fn kernels_seen_done_after_a_pause_do_not_teach_a_long_time_per_launch() {
 }
 
 /// An interactive client's kernels run at once beside a saturating batch client (whose lease
-/// is revoked and whose queue is bounded), while the same program as a batch client waits for
-/// the other's leases to end.
+/// is revoked and whose queue is bounded): never waiting for the batch client's 20 ms lease to
+/// end, while the batch client keeps most of the GPU.
 #[test]
 fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = overlapping_daemon("[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n[clients.plain]\nusers = [\"{uid}\"]\n").start();
-    let p99 = |out: &str| -> u64 {
-        line(out, "run ")
+    let d = overlapping_daemon("[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n").start();
+    measured("interactive beside batch", || {
+        let (_dir, log, gpu) = shared_gpu_files();
+        let ran = on_shared_gpu(
+            &d,
+            &log,
+            &gpu,
+            &[
+                ("batch", "run:2500:1000000:0:0"),
+                ("live", "run:2000:100000:1:5000"),
+            ],
+        );
+        let p99: u64 = line(&ran[1].1, "run ")
             .rsplit("p99=")
             .next()
             .unwrap()
             .trim()
             .parse()
-            .unwrap()
-    };
-    measured("interactive beside batch", || {
-        let mut got = vec![];
-        for client in ["live", "plain"] {
-            let (_dir, log, gpu) = shared_gpu_files();
-            let ran = on_shared_gpu(
-                &d,
-                &log,
-                &gpu,
-                &[
-                    ("batch", "run:2500:1000000:0:0"),
-                    (client, "run:2000:100000:1:5000"),
-                ],
-            );
-            let k = kernels(&log);
-            let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
-            let batch = busy[0] as f64 / (to - from) as f64;
-            eprintln!(
-                "{client}: p99 {} us, batch kept {batch:.3} of the GPU",
-                p99(&ran[1].1)
-            );
-            got.push((p99(&ran[1].1), batch));
+            .unwrap();
+        let k = kernels(&log);
+        let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
+        if to <= from {
+            return Err("the two never ran kernels at the same time".into());
         }
-        let (live, plain) = (got[0], got[1]);
-        // Behaviour, not speed: an interactive kernel waits at most for the running batch kernel
-        // and the bounded queue (a few ms), never for the batch client's 20 ms lease to end,
-        // while the batch-class program waits for whole leases.
-        if live.0 >= 20_000 {
+        let batch = busy[0] as f64 / (to - from) as f64;
+        eprintln!("interactive p99 {p99} us, batch kept {batch:.3} of the GPU");
+        // Behaviour, not speed: an interactive kernel waits for the running batch kernel and
+        // the bounded queue (1-2 ms, seen up to 7.5 ms on a busy machine), never for the batch
+        // client's 20 ms lease to end.
+        if p99 >= 10_000 {
             return Err(format!(
-                "interactive p99 {} us: it waited for the batch lease to end",
-                live.0
+                "interactive p99 {p99} us: it waited for the batch lease to end"
             ));
         }
-        if plain.0 <= 10 * live.0 {
+        if batch < 0.6 {
             return Err(format!(
-                "batch-class p99 {} us vs interactive {} us",
-                plain.0, live.0
-            ));
-        }
-        if live.1 < 0.6 {
-            return Err(format!(
-                "the saturating batch client kept only {:.3} of the GPU",
-                live.1
+                "the saturating batch client kept only {batch:.3} of the GPU"
             ));
         }
         Ok(())

@@ -473,6 +473,7 @@ fn a_lease_granted_alone_is_told_when_another_starts_beside_it() {
     assert_eq!(watch.recv_within(Duration::from_millis(200)), None);
     let mut b = d.connect();
     b.hello("b");
+    let asked = monotonic_ns();
     b.send(&Request::Acquire { device: GPU0 });
     assert!(
         matches!(
@@ -481,10 +482,15 @@ fn a_lease_granted_alone_is_told_when_another_starts_beside_it() {
         ),
         "the same weight: beside the first, shared"
     );
-    assert_eq!(
-        watch.recv_within(Duration::from_secs(1)),
-        Some(Reply::Joined),
-        "the first holder is told"
+    let told = watch.recv_within(Duration::from_secs(1));
+    let got = monotonic_ns();
+    assert!(
+        matches!(
+            told,
+            Some(Reply::Joined { lease: 1, at_ns }) if (asked..=got).contains(&at_ns)
+        ),
+        "the first holder is told, about its first lease, when the other lease was granted \
+         ({asked}..={got} ns): {told:?}"
     );
 }
 
@@ -545,8 +551,15 @@ fn an_interactive_client_revokes_the_batch_lease() {
     assert!(t0.elapsed() < Duration::from_millis(500));
     assert_eq!(
         watch.recv_within(Duration::from_secs(1)),
-        Some(Reply::Revoke),
-        "the batch process is told"
+        Some(Reply::Revoke { lease: 1 }),
+        "the batch process is told, about its first lease"
+    );
+    assert!(
+        matches!(
+            watch.recv_within(Duration::from_secs(1)),
+            Some(Reply::Joined { lease: 1, .. })
+        ),
+        "and that the interactive lease started beside it"
     );
     batch.send(&Request::Extend { device: GPU0 });
     assert_eq!(
@@ -571,6 +584,16 @@ fn an_interactive_client_revokes_the_batch_lease() {
         ),
         "batch resumes once the interactive lease ends, with a short queue while the \
          interactive client was active lately"
+    );
+    live.send(&Request::Acquire { device: GPU0 });
+    assert!(matches!(
+        live.recv_within(Duration::from_secs(1)),
+        Some(Reply::Grant { .. })
+    ));
+    assert_eq!(
+        watch.recv_within(Duration::from_secs(1)),
+        Some(Reply::Revoke { lease: 2 }),
+        "the revocation names the batch process's second lease"
     );
 }
 
@@ -779,4 +802,10 @@ fn a_process_naming_too_many_gpus_is_closed() {
     wait_for("the memory to be freed", Duration::from_secs(5), || {
         q.reserve(gpushare::protocol::DeviceId([10; 16]), 0) == Some(Reply::Reserved { used: 0 })
     });
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds, the clock of the times the daemon tells hooks.
+fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }

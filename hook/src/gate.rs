@@ -237,6 +237,8 @@ fn publish(lease: &Lease, lease_ns: u64) {
     pacing::restart_count();
     DEADLINE.store(fast_deadline(lease_ns), Release);
     GATE_AT.store(0, Release);
+    // a revocation of this lease that came before its grant was handled
+    crate::lease::published();
 }
 
 /// Ends `lease`, whose work was waited for; returns the busy time to report.

@@ -49,8 +49,62 @@ pub fn configure(queue_ahead_ns: u64, interactive: bool) {
     INTERACTIVE.store(interactive, Release);
 }
 
-/// The daemon revoked the current lease: it ends at the next launch, or in the lease thread.
-pub fn revoke() {
+/// Grants this session got: the number of the current (or last) lease, as the daemon counts
+/// them. The watch connection's notices name the lease they are about, and may come before the
+/// grant of that lease was handled here, or after it ended.
+static GRANTS_SEEN: AtomicU64 = AtomicU64::new(0);
+/// The lease the last revocation was for.
+static REVOKE_FOR: AtomicU64 = AtomicU64::new(0);
+/// The lease the last `Joined` was for, and when the other lease was granted.
+static JOINED_FOR: AtomicU64 = AtomicU64::new(0);
+static JOINED_AT: AtomicU64 = AtomicU64::new(0);
+
+/// A new session: leases are numbered from 1 again.
+pub fn restart_numbering() {
+    GRANTS_SEEN.store(0, SeqCst);
+    REVOKE_FOR.store(0, SeqCst);
+    JOINED_FOR.store(0, SeqCst);
+}
+
+/// A grant came (`shared`: granted beside others): the next lease number. Sets whether the lease
+/// is shared, and so it is if a `Joined` for it came first.
+pub fn count_grant(shared: bool) -> u64 {
+    let lease = GRANTS_SEEN.fetch_add(1, SeqCst) + 1;
+    pacing::set_shared(shared);
+    // After the store: a `Joined` handled before it is seen here, one handled after it sees
+    // this lease's number and applies itself (all SeqCst).
+    if JOINED_FOR.load(SeqCst) == lease {
+        pacing::joined(JOINED_AT.load(SeqCst));
+    }
+    lease
+}
+
+/// Another lease started beside lease number `lease` at `at_ns` (the daemon's `Joined`).
+pub fn joined(lease: u64, at_ns: u64) {
+    JOINED_AT.store(at_ns, SeqCst);
+    JOINED_FOR.store(lease, SeqCst);
+    if GRANTS_SEEN.load(SeqCst) == lease {
+        pacing::joined(at_ns);
+    }
+}
+
+/// The daemon revoked lease number `lease`: it ends at the next launch, or in the lease thread;
+/// one whose grant is still on its way ends when it is published ([`published`]).
+pub fn revoke(lease: u64) {
+    REVOKE_FOR.store(lease, SeqCst);
+    if GRANTS_SEEN.load(SeqCst) == lease {
+        revoke_now();
+    }
+}
+
+/// The gate opened for the lease counted last: a revocation that came before is applied now.
+pub fn published() {
+    if REVOKE_FOR.load(SeqCst) == GRANTS_SEEN.load(SeqCst) {
+        revoke_now();
+    }
+}
+
+fn revoke_now() {
     if DEADLINE.load(Acquire) == u64::MAX {
         return;
     }
@@ -154,6 +208,7 @@ impl Lease {
 pub fn after_fork_in_child() {
     withdraw();
     REVOKED_AT.store(0, Release);
+    restart_numbering();
     pacing::after_fork_in_child();
     // The idle releaser thread does not exist in the child.
     WATCHER.store(false, Release);
@@ -162,4 +217,50 @@ pub fn after_fork_in_child() {
     streams::take(&mut [std::ptr::null_mut(); streams::MAX]);
     // SAFETY: called from the fork child handler.
     unsafe { GATE.reset(Lease::NONE) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Notices on the watch connection apply to the lease they name: before its grant was
+    /// handled here, they wait for it; about an earlier lease, they change nothing.
+    #[test]
+    fn notices_apply_to_the_lease_they_name() {
+        let _globals = crate::stats::TEST_GLOBALS.lock();
+        let open = |lease: u64| {
+            assert_eq!(count_grant(false), lease);
+            REVOKED_AT.store(0, SeqCst);
+            DEADLINE.store(1 << 40, SeqCst);
+            published();
+        };
+        restart_numbering();
+        revoke(1);
+        assert_eq!(REVOKED_AT.load(SeqCst), 0, "lease 1 not granted yet");
+        open(1);
+        assert_ne!(REVOKED_AT.load(SeqCst), 0, "revoked once granted");
+        assert_eq!(DEADLINE.load(SeqCst), 0);
+        open(2);
+        revoke(1);
+        assert_eq!(
+            REVOKED_AT.load(SeqCst),
+            0,
+            "about the lease before: nothing"
+        );
+        assert_ne!(DEADLINE.load(SeqCst), 0);
+        revoke(2);
+        assert_ne!(REVOKED_AT.load(SeqCst), 0, "about this one: at once");
+        assert_eq!(DEADLINE.load(SeqCst), 0);
+
+        joined(4, 0);
+        open(3);
+        assert!(!pacing::shared(), "a Joined for the next lease");
+        assert_eq!(count_grant(false), 4);
+        assert!(pacing::shared(), "shared once lease 4 is granted");
+        joined(3, 0);
+        assert_eq!(count_grant(false), 5);
+        assert!(!pacing::shared(), "a late Joined for an earlier lease");
+        withdraw();
+        restart_numbering();
+    }
 }

@@ -53,9 +53,6 @@ static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
 /// The current lease was extended (the daemon extends a lease beside others only while every
 /// process weighs the same).
 static EXTENDED: AtomicBool = AtomicBool::new(false);
-/// The daemon said that another lease started beside this process's (its `Joined`) since this
-/// process last asked for a lease: a grant answered before the notice came is shared too.
-static JOINED: AtomicBool = AtomicBool::new(false);
 /// How much smaller the queue budget is on a tight lease.
 const TIGHT_DIVISOR: u64 = 4;
 
@@ -71,6 +68,20 @@ struct Marker {
     after_launch: bool,
 }
 
+/// A time per launch learnt: when the marker that taught it completed, and the time per launch
+/// before.
+#[derive(Clone, Copy)]
+struct Learnt {
+    done_at: u64,
+    before: u64,
+}
+
+/// How many of the latest learnt times per launch can be taken back ([`joined`]).
+const LEARNT_KEPT: usize = 16;
+/// A `Joined` whose time is later than its arrival or older than this is taken as of its
+/// arrival (a daemon in another time namespace, whose `CLOCK_MONOTONIC` is not this one's).
+const MAX_JOIN_LAG_NS: u64 = 1_000_000_000;
+
 struct Pacer {
     ring: [Option<Marker>; RING],
     head: usize,
@@ -79,8 +90,11 @@ struct Pacer {
     spare: Vec<CUevent>,
     /// GPU nanoseconds per marked launch while backlogged (0: not known yet).
     per_launch_ns: u64,
-    /// `per_launch_ns` when the current lease began.
-    per_launch_at_grant: u64,
+    /// The latest times per launch learnt from markers, a ring of `learnt_len`, the next one
+    /// at `learnt_next`.
+    learnt: [Learnt; LEARNT_KEPT],
+    learnt_len: usize,
+    learnt_next: usize,
     /// When the last marker was seen done.
     last_done: u64,
     /// When the newest marker was recorded.
@@ -104,7 +118,12 @@ impl Pacer {
             len: 0,
             spare: Vec::new(),
             per_launch_ns: 0,
-            per_launch_at_grant: 0,
+            learnt: [Learnt {
+                done_at: 0,
+                before: 0,
+            }; LEARNT_KEPT],
+            learnt_len: 0,
+            learnt_next: 0,
             last_done: 0,
             last_mark: 0,
             last_pending: 0,
@@ -143,7 +162,7 @@ impl Pacer {
             let took = done_at.saturating_sub(self.last_done.max(m.recorded));
             let unsure = done_at.saturating_sub(m.seen_pending_at);
             if unsure.saturating_mul(2) <= took {
-                self.set_per_launch(learn(self.per_launch_ns, took));
+                self.learn_from(done_at, took);
             } else {
                 stats::UNSURE.add(1);
             }
@@ -157,6 +176,36 @@ impl Pacer {
         self.per_launch_ns = ns;
         stats::PER_LAUNCH_NS.set(ns);
         stats::PER_LAUNCH_MAX_NS.set_max(ns);
+    }
+
+    /// Learns from a marker that completed at `done_at` after `took` of GPU time.
+    fn learn_from(&mut self, done_at: u64, took: u64) {
+        self.learnt[self.learnt_next] = Learnt {
+            done_at,
+            before: self.per_launch_ns,
+        };
+        self.learnt_next = (self.learnt_next + 1) % LEARNT_KEPT;
+        self.learnt_len = (self.learnt_len + 1).min(LEARNT_KEPT);
+        self.set_per_launch(learn(self.per_launch_ns, took));
+    }
+
+    /// Takes back what markers completed after `since` taught: they also waited for another
+    /// process's work. Back to the time per launch before the first of them (the oldest kept, if
+    /// more were learnt since).
+    fn forget_learnt_since(&mut self, since: u64) {
+        let mut before = None;
+        while self.learnt_len > 0 {
+            let latest = (self.learnt_next + LEARNT_KEPT - 1) % LEARNT_KEPT;
+            if self.learnt[latest].done_at <= since {
+                break;
+            }
+            before = Some(self.learnt[latest].before);
+            self.learnt_next = latest;
+            self.learnt_len -= 1;
+        }
+        if let Some(ns) = before {
+            self.set_per_launch(ns);
+        }
     }
 
     /// Pops the markers that completed; returns how many are still pending.
@@ -201,38 +250,32 @@ fn query_fn() -> Option<Query> {
     unsafe { helper::<Query>(Helper::cuEventQuery) }
 }
 
-/// Whether the lease just granted (or extended) runs beside others. A lease granted alone that
-/// others joined learnt the GPU time per launch from markers that also waited for their turns:
-/// what it learnt is forgotten when the next lease says so.
+/// Whether the lease just granted (or extended) runs beside others.
 pub fn set_shared(shared: bool) {
-    // SeqCst with JOINED: a `Joined` that comes while a grant is handled is never lost
-    // ([`joined`], [`take_joined`])
-    if shared && !SHARED.swap(shared, SeqCst) {
-        let mut p = PACER.lock();
-        let at_grant = p.per_launch_at_grant;
-        p.set_per_launch(at_grant);
-    }
+    // SeqCst: ordered with a `Joined` for the same lease ([`crate::lease`] numbers them)
     SHARED.store(shared, SeqCst);
 }
 
-/// Another lease started beside this process's, granted alone (the daemon's `Joined`, on the
-/// watch connection): the lease is shared from now on, and what it learnt since it began is
-/// forgotten ([`set_shared`]).
-pub fn joined() {
-    JOINED.store(true, SeqCst);
+/// Whether the current lease runs beside others.
+#[cfg(test)]
+pub fn shared() -> bool {
+    SHARED.load(SeqCst)
+}
+
+/// Another lease started beside the current one, granted alone, at `at_ns` (the daemon's
+/// `Joined`): the lease is shared from now on, and what markers that completed since then taught
+/// is taken back. They also waited for the other's work: a process of short kernels would
+/// otherwise take the other's time slices for its own kernels' time. What was learnt before
+/// stays: a lease that others join every time still learns in the part it runs alone.
+pub fn joined(at_ns: u64) {
     set_shared(true);
-}
-
-/// This process asks for a lease: a `Joined` that comes from now on is about the lease it gets.
-pub fn asking() {
-    JOINED.store(false, SeqCst);
-}
-
-/// Whether a `Joined` came since this process last asked for a lease (and forgets it). Called
-/// after the grant's own [`set_shared`]: a `Joined` handled between the two is seen here, and
-/// one handled after it sets the lease shared itself.
-pub fn take_joined() -> bool {
-    JOINED.swap(false, SeqCst)
+    let now = now_ns();
+    let since = if at_ns <= now && now - at_ns <= MAX_JOIN_LAG_NS {
+        at_ns
+    } else {
+        now
+    };
+    PACER.lock().forget_learnt_since(since);
 }
 
 /// Whether the current lease is *relaxed*: a batch process's, extended beside others, not
@@ -543,7 +586,6 @@ pub fn restart_count() {
     let mut p = PACER.lock();
     p.samples = 0;
     p.busy_samples = 0;
-    p.per_launch_at_grant = p.per_launch_ns;
 }
 
 /// How long this process has left the GPU without work of its own: `None` while work it marked
@@ -639,6 +681,38 @@ mod tests {
         assert_eq!(learn(100, 500), 200);
     }
 
+    /// A `Joined` takes back what markers completed after the other lease's grant taught, and
+    /// only that: a lease that others join every time keeps what it learnt alone.
+    #[test]
+    fn a_join_takes_back_only_what_was_learnt_after_it() {
+        let _counters = stats::TEST_GLOBALS.lock();
+        let mut p = Pacer::new();
+        let teach = |p: &mut Pacer, done_at: u64, took: u64| p.learn_from(done_at, took);
+        teach(&mut p, 1_000, 1_000_000);
+        teach(&mut p, 2_000, 1_000_000);
+        p.forget_learnt_since(2_500);
+        assert_eq!(p.per_launch_ns, 1_000_000, "learnt before the join: kept");
+        teach(&mut p, 3_000, 5_000_000);
+        teach(&mut p, 4_000, 5_000_000);
+        p.forget_learnt_since(2_500);
+        assert_eq!(p.per_launch_ns, 1_000_000, "learnt after it: taken back");
+        p.forget_learnt_since(0);
+        assert_eq!(p.per_launch_ns, 0, "all learnt after: unknown again");
+        let mut seen = vec![];
+        for i in 0..(LEARNT_KEPT as u64 + 4) {
+            seen.push(p.per_launch_ns);
+            teach(&mut p, 10_000 + i, 1_000_000 + i * 100_000);
+        }
+        p.forget_learnt_since(0);
+        assert_eq!(
+            p.per_launch_ns, seen[4],
+            "more than are kept: back to before the oldest kept"
+        );
+        teach(&mut p, 20_000, 1_000_000);
+        p.forget_learnt_since(19_000);
+        assert_eq!(p.per_launch_ns, seen[4], "the ring goes on from there");
+    }
+
     #[test]
     fn a_launch_timed_shorter_lowers_the_time_learnt() {
         assert_eq!(lower(3_400_000, 50_000), 1_725_000);
@@ -652,7 +726,7 @@ mod tests {
 
     #[test]
     fn a_lease_is_relaxed_only_once_extended_beside_others_and_not_tight() {
-        // (the only test that sets these flags)
+        let _globals = stats::TEST_GLOBALS.lock();
         let lease = |shared, extended, tight, interactive| {
             set_shared(shared);
             set_extended(extended);

@@ -50,8 +50,8 @@ pub fn watch(socket: &Path, session: u64, closed: fn()) {
 fn read(mut link: Link) {
     while let Ok(reply) = link.receive() {
         match reply {
-            Reply::Revoke => crate::lease::revoke(),
-            Reply::Joined => crate::pacing::joined(),
+            Reply::Revoke { lease } => crate::lease::revoke(lease),
+            Reply::Joined { lease, at_ns } => crate::lease::joined(lease, at_ns),
             _ => {}
         }
     }

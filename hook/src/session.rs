@@ -184,6 +184,7 @@ fn attach_slow() -> Attach {
             CAP.store(memory_cap, Release);
             LINK_FD.store(link.fd(), Release);
             *session = Some(link);
+            lease::restart_numbering();
             SESSION_ID.store(session_id, Release);
             let attached = settle(MANAGED);
             // Once managed, so that a daemon gone already is noticed through it.
@@ -402,6 +403,7 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
     lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
     CAP.store(memory_cap, Release);
     LINK_FD.store(link.fd(), Release);
+    lease::restart_numbering();
     SESSION_ID.store(session_id, Release);
     *gate = Lease::NONE;
     lease::withdraw();
@@ -485,22 +487,17 @@ fn unexpected(r: Reply) -> std::io::Error {
 /// Blocks until the daemon grants the token of `device`; the lease length, or `None` when
 /// unmanaged.
 pub fn acquire(device: DeviceId) -> Option<u64> {
-    crate::pacing::asking();
     with_link(|l| match l.call_untimed(&Request::Acquire { device })? {
         Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
         r => Err(unexpected(r)),
     })
 }
 
-/// A grant of `lease_ns` with `flags` arrived (`extended`: in answer to an extension): tells the
-/// pacer whether the lease is shared, whether its queue must stay short for an interactive
-/// client, and whether it was extended.
+/// A grant of `lease_ns` with `flags` arrived (`extended`: in answer to an extension): counts
+/// the lease and tells the pacer whether it is shared, whether its queue must stay short for an
+/// interactive client, and whether it was extended.
 fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
-    crate::pacing::set_shared(flags & proto::protocol::GRANT_SHARED != 0);
-    if crate::pacing::take_joined() {
-        // another lease started beside this one before the grant was handled here
-        crate::pacing::set_shared(true);
-    }
+    crate::lease::count_grant(flags & proto::protocol::GRANT_SHARED != 0);
     crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
     crate::pacing::set_extended(extended);
     lease_ns
@@ -510,7 +507,6 @@ fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
 /// lease, in one request, so the daemon weighs this process among the waiting ones; the lease
 /// length, or `None` when unmanaged.
 pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
-    crate::pacing::asking();
     with_link(
         |l| match l.call_untimed(&Request::Renew { device, busy_ns })? {
             Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
@@ -522,7 +518,6 @@ pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
 /// Asks to keep the token for another lease without draining first; the lease length when
 /// nobody else waits, `None` otherwise (or when unmanaged).
 pub fn extend(device: DeviceId) -> Option<u64> {
-    crate::pacing::asking();
     with_link(|l| match l.call(&Request::Extend { device })? {
         Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags, true))),
         Reply::NotExtended => Ok(None),

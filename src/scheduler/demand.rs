@@ -22,8 +22,9 @@ const GAIN: f64 = 0.5;
 const PROBE_AT: f64 = 0.5;
 /// Least time between two probes of one session, once it was measured alone [`SETTLED`] times.
 pub const PROBE_EVERY: Nanos = 2_000_000_000;
-/// Leases alone after which a session's estimate has settled from [`INITIAL_DEMAND`] (each
-/// halves the distance): until then an ambiguous sample asks for a probe at once.
+/// Leases alone after which a session's estimate has settled (the first replaces
+/// [`INITIAL_DEMAND`], each later one halves the distance to its sample): until then an ambiguous
+/// sample asks for a probe at once.
 const SETTLED: u32 = 3;
 
 #[derive(Debug, Clone, Copy)]
@@ -91,7 +92,13 @@ impl Demands {
         }
         let sample = busy_ns.min(wall_ns) as f64 / wall_ns as f64;
         if alone {
-            d.estimate += GAIN * (sample - d.estimate);
+            if d.alone_leases == 0 {
+                // the first measurement replaces the guess: a light process (an inference
+                // client) known as light at once can start beside the others
+                d.estimate = sample;
+            } else {
+                d.estimate += GAIN * (sample - d.estimate);
+            }
             d.probe_due = false;
             d.measured_at = Some(now);
             d.alone_leases = d.alone_leases.saturating_add(1);
@@ -155,6 +162,16 @@ mod tests {
         let high = d.get(1).unwrap();
         d.learn(1, 0, 20 * MS, false, PROBE_EVERY + 32 * MS);
         assert!(d.get(1).unwrap() < high);
+    }
+
+    #[test]
+    fn the_first_lease_alone_replaces_the_guess() {
+        let mut d = Demands::default();
+        d.add(1);
+        d.learn(1, MS, 20 * MS, true, 20 * MS);
+        assert_eq!(d.get(1), Some(0.05));
+        d.learn(1, 3 * MS, 20 * MS, true, 40 * MS);
+        assert_eq!(d.get(1), Some(0.1), "later ones are averaged");
     }
 
     #[test]

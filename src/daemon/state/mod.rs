@@ -84,6 +84,8 @@ struct Session {
     tx: mpsc::UnboundedSender<Reply>,
     /// The process's watch connection, where revocations go.
     watch: Option<mpsc::UnboundedSender<Reply>>,
+    /// Grants sent to it: the number of its current (or last) lease.
+    grants: u64,
 }
 
 /// Something other parts (D-Bus signals, logs, sd-notify status) want to hear about.
@@ -135,6 +137,13 @@ pub struct State {
     /// The clients' decayed GPU time while fair share is on.
     fair_usage: Option<BTreeMap<String, f64>>,
 }
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of the times the hooks are told.
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
+}
+
 impl State {
     pub fn new(config: Config, config_path: PathBuf, events: broadcast::Sender<Event>) -> State {
         let origin = Instant::now();
@@ -281,6 +290,7 @@ impl State {
                 managed,
                 tx,
                 watch: None,
+                grants: 0,
             },
         );
         for &(device, bytes) in reserved {
@@ -413,6 +423,9 @@ impl State {
                     shared = g.shared,
                     "extended"
                 );
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.grants += 1;
+                }
                 Reply::Grant {
                     lease_ns: g.lease_ns,
                     flags: grant_flags(&g),
@@ -442,6 +455,8 @@ impl State {
     /// to run.
     pub fn dispatch(&mut self) -> Option<Nanos> {
         let now = self.now();
+        // when the grants below start (a holder told `Joined` learns from work done before then)
+        let granted_at = monotonic_ns();
         while let Some((device, g)) = self.sched.poll(now) {
             tracing::trace!(
                 %device,
@@ -451,7 +466,8 @@ impl State {
                 demand = self.sched.demand(device, g.session),
                 "grant"
             );
-            let delivered = self.sessions.get(&g.session).is_some_and(|s| {
+            let delivered = self.sessions.get_mut(&g.session).is_some_and(|s| {
+                s.grants += 1;
                 s.tx.send(Reply::Grant {
                     lease_ns: g.lease_ns,
                     flags: grant_flags(&g),
@@ -463,18 +479,23 @@ impl State {
                 self.sched.session_gone(g.session, now);
             }
         }
-        let revoked = self
-            .sched
-            .take_revoked()
-            .into_iter()
-            .map(|s| (s, Reply::Revoke));
+        let revoked = self.sched.take_revoked().into_iter().map(|s| (s, None));
         let joined = self
             .sched
             .take_joined()
             .into_iter()
-            .map(|s| (s, Reply::Joined));
-        for (session, reply) in revoked.chain(joined) {
-            if let Some(tx) = self.sessions.get(&session).and_then(|s| s.watch.as_ref()) {
+            .map(|s| (s, Some(granted_at)));
+        for (session, joined_at) in revoked.chain(joined) {
+            let Some(s) = self.sessions.get(&session) else {
+                continue;
+            };
+            // about the session's current lease, the last one granted
+            let lease = s.grants;
+            let reply = match joined_at {
+                None => Reply::Revoke { lease },
+                Some(at_ns) => Reply::Joined { lease, at_ns },
+            };
+            if let Some(tx) = &s.watch {
                 let _ = tx.send(reply);
             }
         }
