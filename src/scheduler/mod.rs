@@ -142,6 +142,8 @@ struct Lease {
     alone: bool,
     /// A short lease alone, to measure its process's demand ([`demand`]): nothing starts beside it.
     probe: bool,
+    /// Started ahead of the first in line, beside which that one can start ([`Scheduler::backfill`]).
+    backfilled: bool,
 }
 
 /// Per-client figures for reports.
@@ -453,6 +455,7 @@ impl Scheduler {
             revoked: false,
             alone,
             probe: false,
+            backfilled: false,
         };
         let client = h.client;
         Some(Grant {
@@ -522,24 +525,24 @@ impl Scheduler {
     /// ([`fairness::fair_together`]). While an interactive client is active
     /// ([`INTERACTIVE_RECENT`]), only while all their demands fit.
     fn fair_beside(&self, id: ClientId, next: SessionId, now: Nanos) -> bool {
+        let running = self.holders.iter().map(|h| (h.session, h.client));
+        self.fit_together(running.chain(std::iter::once((next, id))), now)
+    }
+
+    /// Whether these processes (session, client) may run side by side ([`Scheduler::fair_beside`]).
+    fn fit_together(
+        &self,
+        procs: impl Iterator<Item = (SessionId, ClientId)> + Clone,
+        now: Nanos,
+    ) -> bool {
         if self.interactive_recently(now) {
             // The latency class: while it runs (or ran a moment ago) only processes that fit in
             // the room the GPU has overlap, whatever their weights, so that an interactive
             // client's work waits for one bounded queue at most, not for several.
-            let demands: f64 = self
-                .holders
-                .iter()
-                .map(|h| h.session)
-                .chain(std::iter::once(next))
-                .map(|s| self.demand.get(s).unwrap_or(1.0))
-                .sum();
+            let demands: f64 = procs.map(|(s, _)| self.demand.get(s).unwrap_or(1.0)).sum();
             return demands <= fairness::CAPACITY;
         }
-        let procs: Vec<(f64, f64)> = self
-            .holders
-            .iter()
-            .map(|h| (h.session, h.client))
-            .chain(std::iter::once((next, id)))
+        let procs: Vec<(f64, f64)> = procs
             .map(|(s, c)| (self.demand.get(s).unwrap_or(1.0), self.process_weight(c)))
             .collect();
         fairness::fair_together(&procs)
@@ -732,9 +735,9 @@ impl Scheduler {
     /// leases: a lease for the next waiting client in `line` whose process can, and beside which
     /// `first`'s can start once the running ones end, so that it waits no longer for it. A light
     /// process (an inference client, a launch-bound loop) does not wait behind a saturating one
-    /// for a turn it does not need. Processes due a probe wait for the GPU to themselves. Once
-    /// the first has waited two quanta (a running lease lasts one), nothing more starts ahead of
-    /// it: light processes that together leave it no room cannot hold it off for good.
+    /// for a turn it does not need. Processes due a probe wait for the GPU to themselves. What
+    /// started this way must leave the first room together, not only one by one: light
+    /// processes that each fit beside it, but not all of them, cannot hold it off for good.
     fn backfill(
         &mut self,
         line: &[(f64, ClientId)],
@@ -742,18 +745,12 @@ impl Scheduler {
         first_next: SessionId,
         now: Nanos,
     ) -> Option<Grant> {
-        let waited = self
-            .books
-            .get(&first_next)
-            .and_then(|b| b.waiting_since)
-            .map_or(0, |since| now.saturating_sub(since));
-        if waited >= 2 * self.quantum {
-            return None;
-        }
-        let first_proc = (
-            self.demand.get(first_next).unwrap_or(1.0),
-            self.process_weight(first),
-        );
+        let backfilled: Vec<(SessionId, ClientId)> = self
+            .holders
+            .iter()
+            .filter(|h| h.backfilled)
+            .map(|h| (h.session, h.client))
+            .collect();
         let id = line
             .iter()
             .map(|&(_, id)| id)
@@ -762,15 +759,20 @@ impl Scheduler {
                 let Some(&next) = self.clients.get(&id).and_then(|c| c.waiting.front()) else {
                     return false;
                 };
-                let proc = (
-                    self.demand.get(next).unwrap_or(1.0),
-                    self.process_weight(id),
-                );
+                let after: Vec<(SessionId, ClientId)> = backfilled
+                    .iter()
+                    .copied()
+                    .chain([(next, id), (first_next, first)])
+                    .collect();
                 !self.demand.probe_due(next)
                     && self.fair_beside(id, next, now)
-                    && fairness::fair_together(&[proc, first_proc])
+                    && self.fit_together(after.into_iter(), now)
             })?;
-        self.grant(id, now, false)
+        let g = self.grant(id, now, false)?;
+        if let Some(h) = self.holders.last_mut() {
+            h.backfilled = true;
+        }
+        Some(g)
     }
 
     /// A lease for the next waiting session of client `id`; a `probe` lasts a quarter quantum.
@@ -804,6 +806,7 @@ impl Scheduler {
             revoked: false,
             alone,
             probe,
+            backfilled: false,
         });
         Some(Grant {
             session,

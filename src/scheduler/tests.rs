@@ -1132,3 +1132,140 @@ fn polls_during_a_lease_do_not_cost_the_holder_its_lead() {
     let ones = order.iter().filter(|c| **c == 1).count();
     assert_eq!(ones, 12, "leases {order:?}");
 }
+
+/// Light processes start ahead of a heavy first in line only while it can start beside all of
+/// them together, not only beside each one: two that each leave it room, but not both, would
+/// otherwise keep it waiting as long as they take turns running beside each other.
+#[test]
+fn light_processes_start_ahead_of_the_first_only_while_it_fits_beside_all_of_them() {
+    let mut s = gated(20 * MS);
+    // (client, request, session, demand alone): a heavy holder of a small request, a heavy
+    // process of a large one, and two light ones
+    let procs = [
+        (1, 0.1, 10, 1.0),
+        (2, 0.5, 20, 1.0),
+        (3, 0.2, 30, 0.24),
+        (4, 0.2, 40, 0.24),
+    ];
+    let mut t = 0;
+    for (c, request, sid, demand) in procs {
+        s.set_client(c, shares(request, 1.0), 0);
+        s.acquire(c, sid, t);
+        assert_eq!(s.poll(t).unwrap().session, sid);
+        t += 20 * MS;
+        s.release(sid, (demand * (20 * MS) as f64) as Nanos, t);
+    }
+    s.acquire(1, 10, t);
+    assert_eq!(s.poll(t).unwrap().session, 10);
+    for (c, _, sid, _) in &procs[1..] {
+        s.acquire(*c, *sid, t);
+    }
+    // client 2's process is first in line and does not fit beside the heavy holder; one light
+    // process starts beside it, the second would leave the first no room beside both
+    let g = s
+        .poll(t)
+        .expect("a light process starts ahead of the first");
+    assert_eq!(g.session, 30);
+    assert_eq!(s.poll(t), None, "the second light process waits");
+    t += 20 * MS;
+    s.release(10, 20 * MS, t);
+    assert_eq!(
+        s.poll(t).map(|g| g.session),
+        Some(20),
+        "the first starts beside the light one once the heavy lease ends"
+    );
+}
+
+/// An inference-like process (a short lease of work every 2 ms) in a lab's mix of unequal
+/// weights: two heavy processes of one client, a heavy one of another, a half-busy one, a
+/// launch-bound one and one with tiny kernels, each of its own client (all of equal requests).
+/// It waits at most for a lease or two of others, never for a long run of them.
+#[test]
+fn a_light_process_in_a_mix_of_unequal_weights_waits_at_most_a_few_leases() {
+    let mut s = gated(20 * MS);
+    for c in 1..=6 {
+        s.set_client(c, shares(0.0, 1.0), 0);
+    }
+    // (client, session, tenths busy alone, tenths busy beside others)
+    let procs: [(ClientId, SessionId, u64, u64); 6] = [
+        (1, 10, 10, 10),
+        (1, 11, 10, 10),
+        (2, 20, 10, 10),
+        (3, 30, 6, 9),
+        (4, 40, 3, 9),
+        (5, 50, 2, 8),
+    ];
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
+    for &(c, sid, _, _) in &procs {
+        s.acquire(c, sid, 0);
+    }
+    let (light, mut asked, mut next_request) = (60, None::<Nanos>, 0);
+    let mut waits: Vec<Nanos> = vec![];
+    let span = 40 * S;
+    let mut t = 0;
+    while t < span {
+        let revoked = s.take_revoked();
+        let together = leases.len();
+        leases.retain(|&(c, sid, start, end)| {
+            let over = end <= t || (revoked.contains(&sid) && t > start);
+            if !over {
+                return true;
+            }
+            let wall = t - start;
+            if sid == light {
+                let busy = if together > 1 {
+                    wall * 6 / 10
+                } else {
+                    wall / 3
+                };
+                s.release(sid, busy, t);
+                next_request = t + 2 * MS;
+            } else {
+                let p = procs.iter().find(|p| p.1 == sid).unwrap();
+                let tenths = if together > 1 { p.3 } else { p.2 };
+                s.release(sid, wall * tenths / 10, t);
+                s.acquire(c, sid, t);
+            }
+            false
+        });
+        for sid in revoked {
+            if let Some(l) = leases.iter_mut().find(|l| l.1 == sid) {
+                l.3 = l.3.min(t + MS);
+            }
+        }
+        if asked.is_none() && t >= next_request && !leases.iter().any(|l| l.1 == light) {
+            s.acquire(6, light, t);
+            asked = Some(t);
+        }
+        while let Some(g) = s.poll(t) {
+            // the light process's request takes 1.5 ms of its lease
+            let end = if g.session == light {
+                t + 3 * MS / 2
+            } else {
+                t + g.lease_ns
+            };
+            if g.session == light {
+                if let Some(since) = asked.take() {
+                    if t >= span / 4 {
+                        waits.push(t - since);
+                    }
+                }
+            }
+            leases.push((g.client, g.session, t, end));
+        }
+        t += MS / 4;
+    }
+    waits.sort_unstable();
+    let n = waits.len();
+    assert!(n > 5000, "{n} requests served");
+    // seen: p99 27.5 ms, longest 37.5 ms (a light process that would get a little less than
+    // its due beside the heavy ones waits for their leases to end); without a bound on what
+    // starts ahead of the first in line, 376 ms
+    let longest = waits[n - 1];
+    assert!(
+        longest <= 2 * 20 * MS,
+        "longest wait {} us, 99th percentile {} us",
+        longest / 1000,
+        waits[n * 99 / 100] / 1000
+    );
+}
