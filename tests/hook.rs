@@ -283,13 +283,11 @@ fn busy_together(k: &[(u32, u64, u64, String)], pids: &[u32]) -> (Vec<u64>, u64,
         )
     };
     let from = pids.iter().map(|p| span(*p).0).max().unwrap_or(0);
-    // processes that never ran at the same time: an empty span (a moment, nobody busy in it)
-    let to = pids
-        .iter()
-        .map(|p| span(*p).1)
-        .min()
-        .unwrap_or(0)
-        .max(from + 1);
+    let to = pids.iter().map(|p| span(*p).1).min().unwrap_or(0);
+    if to <= from {
+        // they never ran at the same time: a moment, nobody busy in it
+        return (vec![0; pids.len()], from, from + 1);
+    }
     let busy = pids
         .iter()
         .map(|&pid| {

@@ -49,41 +49,54 @@ pub fn configure(queue_ahead_ns: u64, interactive: bool) {
     INTERACTIVE.store(interactive, Release);
 }
 
-/// Grants this session got: the number of the current (or last) lease, as the daemon counts
-/// them. The watch connection's notices name the lease they are about, and may come before the
-/// grant of that lease was handled here, or after it ended.
-static GRANTS_SEEN: AtomicU64 = AtomicU64::new(0);
-/// The lease the last revocation was for.
-static REVOKE_FOR: AtomicU64 = AtomicU64::new(0);
-/// The lease the last `Joined` was for, and when the other lease was granted.
-static JOINED_FOR: AtomicU64 = AtomicU64::new(0);
-static JOINED_AT: AtomicU64 = AtomicU64::new(0);
+/// What the watch connection said, by lease number. Leases are numbered by the grants this
+/// session got, as the daemon counts them; a notice names the lease it is about, and may come
+/// before the grant of that lease was handled here, or after the lease ended. One lock orders
+/// the notices with the grants: a notice acts on the lease it names and on no other.
+struct Notices {
+    /// Grants this session got: the number of the current (or last) lease.
+    grants_seen: u64,
+    /// The lease the last revocation was for.
+    revoke_for: u64,
+    /// The lease the last `Joined` was for, and when the other lease was granted.
+    joined_for: u64,
+    joined_at: u64,
+}
+
+static NOTICES: ForkSafe<Notices> = ForkSafe::new(Notices::NONE);
+
+impl Notices {
+    const NONE: Notices = Notices {
+        grants_seen: 0,
+        revoke_for: 0,
+        joined_for: 0,
+        joined_at: 0,
+    };
+}
 
 /// A new session: leases are numbered from 1 again.
 pub fn restart_numbering() {
-    GRANTS_SEEN.store(0, SeqCst);
-    REVOKE_FOR.store(0, SeqCst);
-    JOINED_FOR.store(0, SeqCst);
+    *NOTICES.lock() = Notices::NONE;
 }
 
 /// A grant came (`shared`: granted beside others): the next lease number. Sets whether the lease
 /// is shared, and so it is if a `Joined` for it came first.
 pub fn count_grant(shared: bool) -> u64 {
-    let lease = GRANTS_SEEN.fetch_add(1, SeqCst) + 1;
+    let mut n = NOTICES.lock();
+    n.grants_seen += 1;
     pacing::set_shared(shared);
-    // After the store: a `Joined` handled before it is seen here, one handled after it sees
-    // this lease's number and applies itself (all SeqCst).
-    if JOINED_FOR.load(SeqCst) == lease {
-        pacing::joined(JOINED_AT.load(SeqCst));
+    if n.joined_for == n.grants_seen {
+        pacing::joined(n.joined_at);
     }
-    lease
+    n.grants_seen
 }
 
 /// Another lease started beside lease number `lease` at `at_ns` (the daemon's `Joined`).
 pub fn joined(lease: u64, at_ns: u64) {
-    JOINED_AT.store(at_ns, SeqCst);
-    JOINED_FOR.store(lease, SeqCst);
-    if GRANTS_SEEN.load(SeqCst) == lease {
+    let mut n = NOTICES.lock();
+    n.joined_for = lease;
+    n.joined_at = at_ns;
+    if n.grants_seen == lease {
         pacing::joined(at_ns);
     }
 }
@@ -91,15 +104,19 @@ pub fn joined(lease: u64, at_ns: u64) {
 /// The daemon revoked lease number `lease`: it ends at the next launch, or in the lease thread;
 /// one whose grant is still on its way ends when it is published ([`published`]).
 pub fn revoke(lease: u64) {
-    REVOKE_FOR.store(lease, SeqCst);
-    if GRANTS_SEEN.load(SeqCst) == lease {
+    let mut n = NOTICES.lock();
+    n.revoke_for = lease;
+    if n.grants_seen == lease {
         revoke_now();
     }
 }
 
-/// The gate opened for the lease counted last: a revocation that came before is applied now.
+/// The gate opened for the lease counted last (its deadline stored): a revocation that came
+/// before is applied now. Under the lock, so that one applied meanwhile by the watch connection
+/// comes after the gate opened, or is applied here.
 pub fn published() {
-    if REVOKE_FOR.load(SeqCst) == GRANTS_SEEN.load(SeqCst) {
+    let n = NOTICES.lock();
+    if n.revoke_for == n.grants_seen {
         revoke_now();
     }
 }
@@ -208,7 +225,8 @@ impl Lease {
 pub fn after_fork_in_child() {
     withdraw();
     REVOKED_AT.store(0, Release);
-    restart_numbering();
+    // SAFETY: called from the fork child handler.
+    unsafe { NOTICES.reset(Notices::NONE) };
     pacing::after_fork_in_child();
     // The idle releaser thread does not exist in the child.
     WATCHER.store(false, Release);

@@ -252,7 +252,6 @@ fn query_fn() -> Option<Query> {
 
 /// Whether the lease just granted (or extended) runs beside others.
 pub fn set_shared(shared: bool) {
-    // SeqCst: ordered with a `Joined` for the same lease (the lease module numbers them)
     SHARED.store(shared, SeqCst);
 }
 

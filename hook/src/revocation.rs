@@ -33,7 +33,7 @@ pub fn watch(socket: &Path, session: u64, closed: fn()) {
     let spawned = std::thread::Builder::new()
         .name("gpushare-watch".into())
         .spawn(move || {
-            let _ = std::panic::catch_unwind(move || read(link));
+            let _ = std::panic::catch_unwind(move || read(link, session));
             // A reader of an older session (before a re-attach) ends quietly.
             if WATCHING
                 .compare_exchange(session, 0, AcqRel, Acquire)
@@ -47,8 +47,13 @@ pub fn watch(socket: &Path, session: u64, closed: fn()) {
     }
 }
 
-fn read(mut link: Link) {
+fn read(mut link: Link, session: u64) {
     while let Ok(reply) = link.receive() {
+        if WATCHING.load(Acquire) != session {
+            // a reader of an older session (before a re-attach): its lease numbers are not the
+            // new session's
+            break;
+        }
         match reply {
             Reply::Revoke { lease } => crate::lease::revoke(lease),
             Reply::Joined { lease, at_ns } => crate::lease::joined(lease, at_ns),

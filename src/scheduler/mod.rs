@@ -701,6 +701,10 @@ impl Scheduler {
         if probe {
             self.probe_next = None;
         }
+        // the first in line starts: what started ahead of it need leave no more room
+        for h in &mut self.holders {
+            h.backfilled = false;
+        }
         self.grant(id, now, probe)
     }
 
