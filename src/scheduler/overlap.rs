@@ -1,0 +1,158 @@
+//! Which leases may run side by side without MPS: the processes' weights and demands, the
+//! latency class, probes, and what may start ahead of the first in line.
+
+use super::{
+    fairness, ClientId, Grant, Nanos, Scheduler, SessionId, INTERACTIVE_RECENT, MIN_WEIGHT,
+};
+
+impl Scheduler {
+    /// Leases that run together by demand (without MPS) are not extended unless every process
+    /// weighs the same: an extension reports no busy time, so their demands would never be
+    /// measured again, and processes of unequal weights that grew heavy would go on overlapping
+    /// (sharing the GPU as the driver's time-slicing does, not by request). They ask again at
+    /// each lease's end instead. Processes of equal weights get what the scheduler would give
+    /// them from the driver's turns, whatever their demands.
+    pub(super) fn overlapping_by_demand(&self, now: Nanos) -> bool {
+        self.demand_gated
+            && self.holders.len() > 1
+            && (!self.equal_weights() || self.interactive_recently(now))
+    }
+
+    /// Whether an interactive client held or waited for a lease in the last
+    /// [`INTERACTIVE_RECENT`].
+    pub(super) fn interactive_recently(&self, now: Nanos) -> bool {
+        self.interactive_at
+            .is_some_and(|t| now.saturating_sub(t) < INTERACTIVE_RECENT)
+    }
+
+    /// The processes that wait or hold a lease, with their clients, interactive ones left out
+    /// (they run at once whatever the others do).
+    pub(super) fn active_batch(&self) -> impl Iterator<Item = (ClientId, SessionId)> + '_ {
+        let holding = self.holders.iter().map(|h| (h.client, h.session));
+        let waiting = self
+            .clients
+            .iter()
+            .flat_map(|(&id, c)| c.waiting.iter().map(move |&s| (id, s)));
+        holding
+            .chain(waiting)
+            .filter(|(id, _)| self.clients.get(id).is_some_and(|c| !c.shares.interactive))
+    }
+
+    /// A process's weight: its client's, divided among the client's processes that wait or
+    /// hold a lease (the driver gives each process its own turns).
+    pub(super) fn process_weight(&self, client: ClientId) -> f64 {
+        let Some(c) = self.clients.get(&client) else {
+            return MIN_WEIGHT;
+        };
+        let waiting = c.waiting.len();
+        let holding = self.holders.iter().filter(|h| h.client == client).count();
+        c.weight() / (waiting + holding).max(1) as f64
+    }
+
+    /// Whether every batch process that waits or holds a lease weighs the same: then the
+    /// driver's equal turns are the scheduler's division, and their leases may all overlap.
+    pub(super) fn equal_weights(&self) -> bool {
+        let mut weights = self.active_batch().map(|(c, _)| self.process_weight(c));
+        let Some(first) = weights.next() else {
+            return true;
+        };
+        weights.all(|w| (w - first).abs() <= first * 0.01)
+    }
+
+    /// Whether `next` of client `id` may start beside the running leases: by the processes'
+    /// demands and weights, the driver's turns would give each what the scheduler would
+    /// ([`fairness::fair_together`]). While an interactive client is active
+    /// ([`INTERACTIVE_RECENT`]), only while all their demands fit.
+    pub(super) fn fair_beside(&self, id: ClientId, next: SessionId, now: Nanos) -> bool {
+        let running = self.holders.iter().map(|h| (h.session, h.client));
+        self.fit_together(running.chain(std::iter::once((next, id))), now)
+    }
+
+    /// Whether these processes (session, client) may run side by side ([`Scheduler::fair_beside`]).
+    pub(super) fn fit_together(
+        &self,
+        procs: impl Iterator<Item = (SessionId, ClientId)>,
+        now: Nanos,
+    ) -> bool {
+        if self.interactive_recently(now) {
+            // The latency class: while it runs (or ran a moment ago) only processes that fit in
+            // the room the GPU has overlap, whatever their weights, so that an interactive
+            // client's work waits for one bounded queue at most, not for several.
+            let demands: f64 = procs.map(|(s, _)| self.demand.get(s).unwrap_or(1.0)).sum();
+            return demands <= fairness::CAPACITY;
+        }
+        let procs: Vec<(f64, f64)> = procs
+            .map(|(s, c)| (self.demand.get(s).unwrap_or(1.0), self.process_weight(c)))
+            .collect();
+        fairness::fair_together(&procs)
+    }
+
+    /// Whether the next lease of `session` is a probe: it is due one, and demands decide
+    /// something. They decide nothing while every process weighs the same: no probe then, but
+    /// for a process's first (its hook learns the GPU time of its launches alone, which bounds
+    /// its queue beside others).
+    pub(super) fn probe_now(&self, session: SessionId, now: Nanos) -> bool {
+        self.demand.probe_due(session)
+            && (self.demand.never_alone(session)
+                || !self.equal_weights()
+                || self.interactive_recently(now))
+    }
+
+    /// The first in line, `first` (its process `first_next`), cannot start beside the running
+    /// leases: a lease for the next waiting client in `line` whose process can, and beside which
+    /// `first`'s can start once the running ones end, so that it waits no longer for it. A light
+    /// process (an inference client, a launch-bound loop) does not wait behind a saturating one
+    /// for a turn it does not need. Processes due a probe wait for the GPU to themselves. What
+    /// started this way must leave the first room together, not only one by one: light
+    /// processes that each fit beside it, but not all of them, cannot hold it off for good.
+    pub(super) fn backfill(
+        &mut self,
+        line: &[(f64, ClientId)],
+        first: ClientId,
+        first_next: SessionId,
+        now: Nanos,
+    ) -> Option<Grant> {
+        let backfilled: Vec<(SessionId, ClientId)> = self
+            .holders
+            .iter()
+            .filter(|h| h.backfilled)
+            .map(|h| (h.session, h.client))
+            .collect();
+        let id = line
+            .iter()
+            .map(|&(_, id)| id)
+            .filter(|&id| id != first)
+            .find(|&id| {
+                let Some(&next) = self.clients.get(&id).and_then(|c| c.waiting.front()) else {
+                    return false;
+                };
+                let after: Vec<(SessionId, ClientId)> = backfilled
+                    .iter()
+                    .copied()
+                    .chain([(next, id), (first_next, first)])
+                    .collect();
+                !self.demand.probe_due(next)
+                    && self.fair_beside(id, next, now)
+                    && self.fit_together(after.into_iter(), now)
+            })?;
+        let g = self.grant(id, now, false)?;
+        if let Some(h) = self.holders.last_mut() {
+            h.backfilled = true;
+        }
+        Some(g)
+    }
+
+    /// Whether a lease of `client` now keeps a short queue: a batch client's, while an
+    /// interactive client is active or was lately.
+    pub(super) fn tight_for(&self, client: ClientId, now: Nanos) -> bool {
+        let interactive =
+            |id: &ClientId| self.clients.get(id).is_some_and(|c| c.shares.interactive);
+        !interactive(&client)
+            && (self.interactive_recently(now)
+                || self
+                    .clients
+                    .iter()
+                    .any(|(id, c)| interactive(id) && !c.waiting.is_empty())
+                || self.holders.iter().any(|h| interactive(&h.client)))
+    }
+}
