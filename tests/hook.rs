@@ -1828,6 +1828,23 @@ fn kernels_seen_done_after_a_pause_do_not_teach_a_long_time_per_launch() {
     });
 }
 
+/// A batch client (request 0.5) and an interactive one, both of this test's user.
+const BATCH_AND_LIVE: &str = "[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n";
+
+/// On the fake's shared GPU, a saturating batch process (1 ms kernels for 2.5 s, never
+/// synchronizing) and an interactive one (100 us kernels for 2 s, each synchronized, 5 ms apart).
+fn live_beside_batch(d: &Daemon, log: &Path, gpu: &Path) -> Vec<(u32, String)> {
+    on_shared_gpu(
+        d,
+        log,
+        gpu,
+        &[
+            ("batch", "run:2500:1000000:0:0"),
+            ("live", "run:2000:100000:1:5000"),
+        ],
+    )
+}
+
 /// An interactive client's kernels run at once beside a saturating batch client (whose lease
 /// is revoked and whose queue is bounded): never waiting for the batch client's 20 ms lease to
 /// end, while the batch client keeps most of the GPU.
@@ -1836,18 +1853,10 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = overlapping_daemon("[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n").start();
+    let d = overlapping_daemon(BATCH_AND_LIVE).start();
     measured("interactive beside batch", || {
         let (_dir, log, gpu) = shared_gpu_files();
-        let ran = on_shared_gpu(
-            &d,
-            &log,
-            &gpu,
-            &[
-                ("batch", "run:2500:1000000:0:0"),
-                ("live", "run:2000:100000:1:5000"),
-            ],
-        );
+        let ran = live_beside_batch(&d, &log, &gpu);
         let p99: u64 = line(&ran[1].1, "run ")
             .rsplit("p99=")
             .next()
@@ -1906,18 +1915,10 @@ fn beside_an_interactive_client_a_batch_holder_keeps_a_tight_queue() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = overlapping_daemon("[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n").start();
+    let d = overlapping_daemon(BATCH_AND_LIVE).start();
     measured("a tight batch queue", || {
         let (_dir, log, gpu) = shared_gpu_files();
-        let ran = on_shared_gpu(
-            &d,
-            &log,
-            &gpu,
-            &[
-                ("batch", "run:2500:1000000:0:0"),
-                ("live", "run:2000:100000:1:5000"),
-            ],
-        );
+        let ran = live_beside_batch(&d, &log, &gpu);
         let waits = queue_waits(&log, ran[1].0);
         if waits.len() < 150 {
             return Err(format!("{} interactive kernels logged", waits.len()));

@@ -459,12 +459,7 @@ fn a_lease_granted_alone_is_told_when_another_starts_beside_it() {
         "[daemon]\nquantum = \"5s\"\n[clients.a]\nusers = [\"*\"]\n[clients.b]\nusers = [\"*\"]\n",
         None,
     );
-    let mut a = d.connect();
-    let Reply::Welcome { session, .. } = a.hello("a") else {
-        panic!("no welcome")
-    };
-    let mut watch = d.connect();
-    watch.send(&Request::Watch { session });
+    let (mut a, mut watch, _) = attach_watched(&d, "a");
     a.send(&Request::Acquire { device: GPU0 });
     assert!(
         matches!(a.recv(), Some(Reply::Grant { flags, .. }) if flags & GRANT_SHARED == 0),
@@ -503,12 +498,7 @@ fn an_interactive_client_revokes_the_batch_lease() {
         "[daemon]\nquantum = \"5s\"\n[clients.batch]\nrequest = 0.5\nusers = [\"*\"]\n[clients.live]\ninteractive = true\nusers = [\"*\"]\n",
         None,
     );
-    let mut batch = d.connect();
-    let Reply::Welcome { session, .. } = batch.hello("batch") else {
-        panic!("no welcome")
-    };
-    let mut watch = d.connect();
-    watch.send(&Request::Watch { session });
+    let (mut batch, mut watch, session) = attach_watched(&d, "batch");
     batch.send(&Request::Acquire { device: GPU0 });
     assert!(
         matches!(batch.recv(), Some(Reply::Grant { flags, .. }) if flags & GRANT_TIGHT == 0),
@@ -808,4 +798,15 @@ fn a_process_naming_too_many_gpus_is_closed() {
 fn monotonic_ns() -> u64 {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// A process attached as `client` and its watch connection, with its session.
+fn attach_watched(d: &Daemon, client: &str) -> (Conn, Conn, u64) {
+    let mut c = d.connect();
+    let Reply::Welcome { session, .. } = c.hello(client) else {
+        panic!("no welcome")
+    };
+    let mut watch = d.connect();
+    watch.send(&Request::Watch { session });
+    (c, watch, session)
 }

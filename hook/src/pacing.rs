@@ -252,13 +252,13 @@ fn query_fn() -> Option<Query> {
 
 /// Whether the lease just granted (or extended) runs beside others.
 pub fn set_shared(shared: bool) {
-    SHARED.store(shared, SeqCst);
+    SHARED.store(shared, Relaxed);
 }
 
 /// Whether the current lease runs beside others.
 #[cfg(test)]
 pub fn shared() -> bool {
-    SHARED.load(SeqCst)
+    SHARED.load(Relaxed)
 }
 
 /// Another lease started beside the current one, granted alone, at `at_ns` (the daemon's
@@ -686,13 +686,12 @@ mod tests {
     fn a_join_takes_back_only_what_was_learnt_after_it() {
         let _counters = stats::TEST_GLOBALS.lock();
         let mut p = Pacer::new();
-        let teach = |p: &mut Pacer, done_at: u64, took: u64| p.learn_from(done_at, took);
-        teach(&mut p, 1_000, 1_000_000);
-        teach(&mut p, 2_000, 1_000_000);
+        p.learn_from(1_000, 1_000_000);
+        p.learn_from(2_000, 1_000_000);
         p.forget_learnt_since(2_500);
         assert_eq!(p.per_launch_ns, 1_000_000, "learnt before the join: kept");
-        teach(&mut p, 3_000, 5_000_000);
-        teach(&mut p, 4_000, 5_000_000);
+        p.learn_from(3_000, 5_000_000);
+        p.learn_from(4_000, 5_000_000);
         p.forget_learnt_since(2_500);
         assert_eq!(p.per_launch_ns, 1_000_000, "learnt after it: taken back");
         p.forget_learnt_since(0);
@@ -700,14 +699,14 @@ mod tests {
         let mut seen = vec![];
         for i in 0..(LEARNT_KEPT as u64 + 4) {
             seen.push(p.per_launch_ns);
-            teach(&mut p, 10_000 + i, 1_000_000 + i * 100_000);
+            p.learn_from(10_000 + i, 1_000_000 + i * 100_000);
         }
         p.forget_learnt_since(0);
         assert_eq!(
             p.per_launch_ns, seen[4],
             "more than are kept: back to before the oldest kept"
         );
-        teach(&mut p, 20_000, 1_000_000);
+        p.learn_from(20_000, 1_000_000);
         p.forget_learnt_since(19_000);
         assert_eq!(p.per_launch_ns, seen[4], "the ring goes on from there");
     }

@@ -916,40 +916,81 @@ fn a_light_process_waits_little_while_the_others_are_probed() {
     s.set_client(1, shares(0.4, 1.0), 0);
     s.set_client(2, shares(0.4, 1.0), 0);
     s.set_client(3, shares(0.2, 1.0), 0);
-    let heavy = [(1, 10), (1, 11), (2, 20)];
+    // busy all along, alone and (waiting for the others' turns) beside them
+    let heavy = [(1, 10, 10, 10), (1, 11, 10, 10), (2, 20, 10, 10)];
+    // its request done: alone the GPU was busy a tenth of it
+    let light = LightProcess {
+        client: 3,
+        session: 30,
+        busy_alone: (1, 10),
+        work: MS,
+        pause: 5 * MS,
+    };
+    let waits = light_process_waits(&mut s, &heavy, &light, 20 * S);
+    assert!(waits.len() > 1000, "{} requests served", waits.len());
+    // a probe of its own or of another: the running leases' queues drained (1 ms here), then
+    // a 5 ms probe
+    let longest = *waits.last().unwrap();
+    assert!(
+        longest <= 8 * MS,
+        "longest wait {} us, 99.9th percentile {} us",
+        longest / 1000,
+        waits[waits.len() * 999 / 1000] / 1000
+    );
+}
+
+/// A light process of [`light_process_waits`]: each request takes `work` of a lease of its
+/// own, which keeps the GPU busy `busy_alone` (numerator, denominator) of it alone; it asks
+/// again `pause` after.
+struct LightProcess {
+    client: ClientId,
+    session: SessionId,
+    busy_alone: (u64, u64),
+    work: Nanos,
+    pause: Nanos,
+}
+
+/// Runs `others` (client, session, tenths of each lease busy alone, tenths busy beside
+/// others), which ask again at once, and `light` for `span`, in steps of a quarter
+/// millisecond: a revoked holder ends at its next launch, its queue drained a millisecond
+/// later. Beside others the light process's work also waits for their time slices, and it
+/// looks six tenths busy. Returns how long its requests after the first quarter of `span`
+/// waited for their leases, sorted.
+fn light_process_waits(
+    s: &mut Scheduler,
+    others: &[(ClientId, SessionId, u64, u64)],
+    light: &LightProcess,
+    span: Nanos,
+) -> Vec<Nanos> {
     // (client, session, start, end) of the running leases
     let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
-    for &(c, sid) in &heavy {
+    for &(c, sid, _, _) in others {
         s.acquire(c, sid, 0);
     }
-    let (light, mut asked, mut next_request) = (30, None::<Nanos>, 0);
+    let (mut asked, mut next_request) = (None::<Nanos>, 0);
     let mut waits: Vec<Nanos> = vec![];
-    let span = 20 * S;
     let mut t = 0;
     while t < span {
         let revoked = s.take_revoked();
         let together = leases.len();
         leases.retain(|&(c, sid, start, end)| {
-            // a revoked holder ends at its next launch, its queue drained a millisecond later
             let over = end <= t || (revoked.contains(&sid) && t > start);
             if !over {
                 return true;
             }
             let wall = t - start;
-            if sid == light {
-                // its request done: alone the GPU was busy a tenth of it; beside others its
-                // work also waited for their time slices, and it looks busy. It asks again in
-                // 5 ms.
+            if sid == light.session {
                 let busy = if together > 1 {
                     wall * 6 / 10
                 } else {
-                    wall / 10
+                    wall * light.busy_alone.0 / light.busy_alone.1
                 };
                 s.release(sid, busy, t);
-                next_request = t + 5 * MS;
+                next_request = t + light.pause;
             } else {
-                // busy all along, alone and (waiting for the others' turns) beside them
-                s.release(sid, wall, t);
+                let p = others.iter().find(|p| p.1 == sid).unwrap();
+                let tenths = if together > 1 { p.3 } else { p.2 };
+                s.release(sid, wall * tenths / 10, t);
                 s.acquire(c, sid, t);
             }
             false
@@ -959,18 +1000,17 @@ fn a_light_process_waits_little_while_the_others_are_probed() {
                 l.3 = l.3.min(t + MS);
             }
         }
-        if asked.is_none() && t >= next_request && !leases.iter().any(|l| l.1 == light) {
-            s.acquire(3, light, t);
+        if asked.is_none() && t >= next_request && !leases.iter().any(|l| l.1 == light.session) {
+            s.acquire(light.client, light.session, t);
             asked = Some(t);
         }
         while let Some(g) = s.poll(t) {
-            // the light process's request takes a millisecond of its lease
-            let end = if g.session == light {
-                t + MS
+            let end = if g.session == light.session {
+                t + light.work
             } else {
                 t + g.lease_ns
             };
-            if g.session == light {
+            if g.session == light.session {
                 if let Some(since) = asked.take() {
                     if t >= span / 4 {
                         waits.push(t - since);
@@ -982,16 +1022,7 @@ fn a_light_process_waits_little_while_the_others_are_probed() {
         t += MS / 4;
     }
     waits.sort_unstable();
-    assert!(waits.len() > 1000, "{} requests served", waits.len());
-    // a probe of its own or of another: the running leases' queues drained (1 ms here), then
-    // a 5 ms probe
-    let longest = *waits.last().unwrap();
-    assert!(
-        longest <= 8 * MS,
-        "longest wait {} us, 99.9th percentile {} us",
-        longest / 1000,
-        waits[waits.len() * 999 / 1000] / 1000
-    );
+    waits
 }
 
 /// A probe lease is not cut short for another process due one: that one waits for it to end.
@@ -1186,8 +1217,7 @@ fn a_light_process_in_a_mix_of_unequal_weights_waits_at_most_a_few_leases() {
     for c in 1..=6 {
         s.set_client(c, shares(0.0, 1.0), 0);
     }
-    // (client, session, tenths busy alone, tenths busy beside others)
-    let procs: [(ClientId, SessionId, u64, u64); 6] = [
+    let others = [
         (1, 10, 10, 10),
         (1, 11, 10, 10),
         (2, 20, 10, 10),
@@ -1195,67 +1225,14 @@ fn a_light_process_in_a_mix_of_unequal_weights_waits_at_most_a_few_leases() {
         (4, 40, 3, 9),
         (5, 50, 2, 8),
     ];
-    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
-    for &(c, sid, _, _) in &procs {
-        s.acquire(c, sid, 0);
-    }
-    let (light, mut asked, mut next_request) = (60, None::<Nanos>, 0);
-    let mut waits: Vec<Nanos> = vec![];
-    let span = 40 * S;
-    let mut t = 0;
-    while t < span {
-        let revoked = s.take_revoked();
-        let together = leases.len();
-        leases.retain(|&(c, sid, start, end)| {
-            let over = end <= t || (revoked.contains(&sid) && t > start);
-            if !over {
-                return true;
-            }
-            let wall = t - start;
-            if sid == light {
-                let busy = if together > 1 {
-                    wall * 6 / 10
-                } else {
-                    wall / 3
-                };
-                s.release(sid, busy, t);
-                next_request = t + 2 * MS;
-            } else {
-                let p = procs.iter().find(|p| p.1 == sid).unwrap();
-                let tenths = if together > 1 { p.3 } else { p.2 };
-                s.release(sid, wall * tenths / 10, t);
-                s.acquire(c, sid, t);
-            }
-            false
-        });
-        for sid in revoked {
-            if let Some(l) = leases.iter_mut().find(|l| l.1 == sid) {
-                l.3 = l.3.min(t + MS);
-            }
-        }
-        if asked.is_none() && t >= next_request && !leases.iter().any(|l| l.1 == light) {
-            s.acquire(6, light, t);
-            asked = Some(t);
-        }
-        while let Some(g) = s.poll(t) {
-            // the light process's request takes 1.5 ms of its lease
-            let end = if g.session == light {
-                t + 3 * MS / 2
-            } else {
-                t + g.lease_ns
-            };
-            if g.session == light {
-                if let Some(since) = asked.take() {
-                    if t >= span / 4 {
-                        waits.push(t - since);
-                    }
-                }
-            }
-            leases.push((g.client, g.session, t, end));
-        }
-        t += MS / 4;
-    }
-    waits.sort_unstable();
+    let light = LightProcess {
+        client: 6,
+        session: 60,
+        busy_alone: (1, 3),
+        work: 3 * MS / 2,
+        pause: 2 * MS,
+    };
+    let waits = light_process_waits(&mut s, &others, &light, 40 * S);
     let n = waits.len();
     assert!(n > 5000, "{n} requests served");
     // seen: p99 27.5 ms, longest 37.5 ms (a light process that would get a little less than

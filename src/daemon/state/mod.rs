@@ -479,27 +479,26 @@ impl State {
                 self.sched.session_gone(g.session, now);
             }
         }
-        let revoked = self.sched.take_revoked().into_iter().map(|s| (s, None));
-        let joined = self
-            .sched
-            .take_joined()
-            .into_iter()
-            .map(|s| (s, Some(granted_at)));
-        for (session, joined_at) in revoked.chain(joined) {
-            let Some(s) = self.sessions.get(&session) else {
-                continue;
-            };
-            // about the session's current lease, the last one granted
-            let lease = s.grants;
-            let reply = match joined_at {
-                None => Reply::Revoke { lease },
-                Some(at_ns) => Reply::Joined { lease, at_ns },
-            };
-            if let Some(tx) = &s.watch {
-                let _ = tx.send(reply);
-            }
+        for session in self.sched.take_revoked() {
+            self.tell_watch(session, |lease| Reply::Revoke { lease });
+        }
+        for session in self.sched.take_joined() {
+            self.tell_watch(session, |lease| Reply::Joined {
+                lease,
+                at_ns: granted_at,
+            });
         }
         self.sched.next_wakeup(now)
+    }
+
+    /// Sends `reply`, about the session's current lease (the last one granted), on its watch
+    /// connection.
+    fn tell_watch(&self, session: SessionId, reply: impl FnOnce(u64) -> Reply) {
+        if let Some(s) = self.sessions.get(&session) {
+            if let Some(tx) = &s.watch {
+                let _ = tx.send(reply(s.grants));
+            }
+        }
     }
 
     /// Each attached process with what its sessions reserved and when one last held a lease.
