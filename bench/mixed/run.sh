@@ -19,6 +19,8 @@
 #                   each job its own user's default client
 #   gpushare_twojobs the same, but the second job runs as the first job's user: that user's
 #                   client has two processes, each weighing half of the others
+#   MODE_alt        (gpushare, gpushare_twojobs) the same with the libgpushare.so of $ALT_TARGET:
+#                   two builds of the hook side by side
 # A job's rate is its steps (kernels, requests) per second over the phase's span, from STARTUP
 # seconds after the launch (the jobs' warm-up) to the deadline; its share is the rate over its
 # solo rate. The summary (mixed_summary.json) gives per phase each job's rate, share, rate over
@@ -67,13 +69,18 @@ launch_job() {
 
 # phase PHASE MODE [JOB]: the jobs (or JOB alone) at once
 phase() {
-  local phase=$1 mode=$2 only=${3:-} pids=() files=() j n k u e s start until first_user=""
+  local phase=$1 mode=${2%_alt} only=${3:-} pids=() files=() j n k u e s start until first_user=""
+  local hook=$uhook
   local secs=$span
   [[ -n $only ]] && secs=$solo_span
   log "== $phase"
   if ((SECONDS + startup + secs + 15 > budget)); then
     json_line phase="$phase" error="skipped: ${SECONDS}s gone, BUDGET=$budget" >>"$out"
     return
+  fi
+  if [[ $2 == *_alt ]]; then
+    [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; return; }
+    hook=${uhook//$work\/lib\//$work/lib/alt/}
   fi
   if [[ $mode == gpushare* ]]; then
     gpu_toml false >"$work/gpushare.toml"
@@ -91,7 +98,7 @@ phase() {
     [[ -z $first_user ]] && first_user=$u
     [[ $mode == gpushare_twojobs && $s == 2 ]] && u=$first_user
     e=""
-    [[ $mode == gpushare* ]] && e="$uhook GPUSHARE_STATS=1"
+    [[ $mode == gpushare* ]] && e="$hook GPUSHARE_STATS=1"
     files+=("$work/$phase.$n")
     launch_job "${files[-1]}" "$u" "$e" "$phase" "$mode" "$n" "$k" "$start" "$until"
   done
@@ -111,6 +118,9 @@ phase() {
 header "span=$span solo_span=$solo_span startup=$startup jobs=${jobs[*]}" >>"$out"
 bench_copy "$here/lab_job.py" "$here/../share/transformer_job.py" "$here/../share/kernel_job.py" \
   "$here/../latency/infer_job.py"
+if [[ -n ${ALT_TARGET:-} ]]; then
+  mkdir -p "$work/lib/alt" && cp "$ALT_TARGET/libgpushare.so" "$work/lib/alt/" && chmod -R 755 "$work/lib/alt"
+fi
 users=()
 for j in "${jobs[@]}"; do IFS=: read -r _ _ u <<<"$j"; users+=("$u"); done
 if ! bench_users $(printf '%s\n' "${users[@]}" | awk '!seen[$0]++') >>"$out"; then

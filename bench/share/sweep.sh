@@ -33,11 +33,14 @@
 #   ALONE_CELLS one-client cells [none]; about 45 s each
 #   MIX_CELLS   HEAVY+LIGHT pairs [none], e.g. 1600us:0+50us:1:500; about 70 s each
 #   TRANSFORMER transformer phases besides the solo one, of "gpushare timeslice" [both]; about
-#               100 s together
-#   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log
+#               100 s together; gpushare_alt: as gpushare, with the libgpushare.so of $ALT_TARGET
+#               (two builds of the hook side by side)
+#   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
+#   NAME.stats.txt (each hooked job's counters, GPUSHARE_STATS=1)
 #   SPAN [15] measured seconds of a shared phase, SOLO_SPAN [8] of a solo one, STARTUP [8] (and
 #   TF_STARTUP [14]) seconds allowed for the jobs to start, WINDOW [10], QUANTUM [the daemon's
-#   default] the lease length, BUDGET [450] seconds after which phases not yet started are
+#   default] the lease length, QUEUE_AHEAD [the daemon's default] its daemon.queue_ahead,
+#   BUDGET [450] seconds after which phases not yet started are
 #   skipped (an error line each), PYTHON (with torch) [python3's interpreter].
 # The full default set takes about 13 minutes on an H100; bench/run.sh splits it into parts 7-9.
 # Needs python3 with torch; gpushared and libgpushare.so prebuilt in $TARGET (default
@@ -63,6 +66,7 @@ startup=${STARTUP:-8}
 tf_startup=${TF_STARTUP:-14}
 window=${WINDOW:-10}
 quantum=${QUANTUM:-}
+queue_ahead=${QUEUE_AHEAD:-}
 budget=${BUDGET:-450}
 job_limit=$((tf_startup + span + 90))
 mkdir -p "$outdir"
@@ -90,6 +94,7 @@ collect() {
   local phase=$1 f
   shift
   for f in "$@"; do
+    grep -h '^gpushare: stats' "$f.err" 2>/dev/null | sed "s|^|$phase $(basename "$f"): |" >>"$outdir/$name.stats.txt"
     grep -h '^{' "$f" >>"$out" 2>/dev/null ||
       json_line phase="$phase" job="$(basename "$f")" error="no result: $(grep -v '^gpushare' "$f.err" 2>/dev/null | tail -3 | tr '\n' ' ')" >>"$out"
   done
@@ -119,7 +124,9 @@ start_daemon() {
   local c n r u
   derr=""
   {
-    [[ -n $quantum ]] && printf '[daemon]\nquantum = "%s"\n' "$quantum"
+    [[ -n $quantum$queue_ahead ]] && echo '[daemon]'
+    [[ -n $quantum ]] && printf 'quantum = "%s"\n' "$quantum"
+    [[ -n $queue_ahead ]] && printf 'queue_ahead = "%s"\n' "$queue_ahead"
     gpu_toml false
     for c in "$@"; do
       IFS=: read -r n r u <<<"$c"
@@ -173,7 +180,7 @@ shared_cell() { # CELL pair|quad
     jcell=$cell
     [[ $2 == mix ]] && { [[ $n == a ]] && jcell=${cell%%+*} || jcell=${cell#*+}; }
     # shellcheck disable=SC2046
-    launch "${files[-1]}" "$u" "$uhook GPUSHARE_CLIENT=$n" kernel_job.py "$n" --phase "$phase" --mode gpushare \
+    launch "${files[-1]}" "$u" "$uhook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" kernel_job.py "$n" --phase "$phase" --mode gpushare \
       --request "$r" --user "$u" $(kjob_args "$jcell") --until "$until"
   done
   wait "${pids[@]}"
@@ -181,8 +188,8 @@ shared_cell() { # CELL pair|quad
   collect "$phase" "${files[@]}"
   progress "$phase"
 }
-transformer_phase() { # solo|gpushare|timeslice
-  local phase=transformer.$1 pids=() files=() n r u c until clients
+transformer_phase() { # solo|gpushare|gpushare_alt|timeslice
+  local phase=transformer.$1 pids=() files=() n r u c until clients hook=$uhook
   log "== $phase"
   if [[ $1 == solo ]]; then
     fits $((tf_startup + solo_span + 12)) "$phase" || return
@@ -192,16 +199,20 @@ transformer_phase() { # solo|gpushare|timeslice
   else
     fits $((tf_startup + span + 20)) "$phase" || return
     clients=("a:0.75:$u1" "b:0.25:$u2")
-    if [[ $1 == gpushare ]]; then
+    if [[ $1 == gpushare* ]]; then
       start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
+    fi
+    if [[ $1 == gpushare_alt ]]; then
+      [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; gpushared_stop; return; }
+      hook=${uhook//$work\/lib\//$work/lib/alt/}
     fi
     until=$(at $((tf_startup + span)))
     for c in "${clients[@]}"; do
       IFS=: read -r n r u <<<"$c"
       files+=("$work/$phase.$n")
-      if [[ $1 == gpushare ]]; then
-        launch "${files[-1]}" "$u" "$uhook GPUSHARE_CLIENT=$n" transformer_job.py "$n" --phase "$phase" \
-          --mode gpushare --request "$r" --user "$u" --until "$until"
+      if [[ $1 == gpushare* ]]; then
+        launch "${files[-1]}" "$u" "$hook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" transformer_job.py "$n" --phase "$phase" \
+          --mode "$1" --request "$r" --user "$u" --until "$until"
       else
         launch "${files[-1]}" "$u" "" transformer_job.py "ts.$n" --phase "$phase" --mode timeslice --user "$u" \
           --until "$until"
@@ -222,6 +233,9 @@ if ! bench_users "$u1" "$u2" >>"$out"; then
   log "users gsbench1/gsbench2 unavailable: running every job as $u1"
 fi
 bench_copy "$here/kernel_job.py" "$here/transformer_job.py"
+if [[ -n ${ALT_TARGET:-} ]]; then
+  mkdir -p "$work/lib/alt" && cp "$ALT_TARGET/libgpushare.so" "$work/lib/alt/" && chmod -R 755 "$work/lib/alt"
+fi
 
 declare -A shape=() kus=() solo_done=()
 kernels=$(for c in $cells $quad_cells $alone_cells ${mix_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
@@ -264,7 +278,7 @@ if [[ -n ${transformer// /} ]]; then
   transformer_phase solo
   for t in $transformer; do
     case $t in
-      gpushare | timeslice) transformer_phase "$t" ;;
+      gpushare | gpushare_alt | timeslice) transformer_phase "$t" ;;
       *) log "no transformer phase $t" ;;
     esac
   done
