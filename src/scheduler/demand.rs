@@ -16,14 +16,31 @@ use super::{Nanos, SessionId};
 
 /// Demand assumed for a process before its first lease was measured.
 pub const INITIAL_DEMAND: f64 = 0.5;
-/// Weight of the newest lease in a process's demand estimate.
-const GAIN: f64 = 0.5;
+/// Weight of the newest lease in a process's demand estimate when it raises it: a process that
+/// grew heavy is known as heavy within a lease or two.
+const GAIN_UP: f64 = 0.5;
+/// The same when it lowers it. A saturating training loop's lease alone may fall on its pauses
+/// (a synchronize, the host's part of a step) and sample low now and then: averaged in as fast
+/// as a high sample, such leases made two saturating processes of unequal weights take each
+/// other for light ones, and overlap (sharing the GPU equally, not by their requests) for
+/// seconds, until probes measured them again. It takes several light leases to count as light.
+const GAIN_DOWN: f64 = 0.2;
+
+/// The estimate moved towards `sample`, fast up, slowly down.
+fn toward(estimate: f64, sample: f64) -> f64 {
+    let gain = if sample > estimate {
+        GAIN_UP
+    } else {
+        GAIN_DOWN
+    };
+    estimate + gain * (sample - estimate)
+}
 /// A sample beside others at least this high (and above the estimate) asks for a probe.
 const PROBE_AT: f64 = 0.5;
 /// Least time between two probes of one session, once it was measured alone [`SETTLED`] times.
 pub const PROBE_EVERY: Nanos = 2_000_000_000;
 /// Leases alone after which a session's estimate has settled (the first replaces
-/// [`INITIAL_DEMAND`], each later one halves the distance to its sample): until then an ambiguous
+/// [`INITIAL_DEMAND`], each later one moves it towards its sample): until then an ambiguous
 /// sample asks for a probe at once.
 const SETTLED: u32 = 3;
 
@@ -97,7 +114,7 @@ impl Demands {
                 // client) known as light at once can start beside the others
                 d.estimate = sample;
             } else {
-                d.estimate += GAIN * (sample - d.estimate);
+                d.estimate = toward(d.estimate, sample);
             }
             d.probe_due = false;
             d.measured_at = Some(now);
@@ -105,7 +122,7 @@ impl Demands {
             return;
         }
         if sample < d.estimate {
-            d.estimate += GAIN * (sample - d.estimate);
+            d.estimate = toward(d.estimate, sample);
         } else if sample >= PROBE_AT
             && (d.alone_leases < SETTLED
                 || d.measured_at
@@ -172,6 +189,26 @@ mod tests {
         assert_eq!(d.get(1), Some(0.05));
         d.learn(1, 3 * MS, 20 * MS, true, 40 * MS);
         assert_eq!(d.get(1), Some(0.1), "later ones are averaged");
+    }
+
+    /// A saturating process whose lease alone fell on a pause stays heavy: two such processes of
+    /// unequal weights must not take each other for light ones. Light leases in a row make it
+    /// light; a busy one makes it heavy again at once.
+    #[test]
+    fn a_pause_does_not_make_a_busy_process_light() {
+        let mut d = Demands::default();
+        d.add(1);
+        for i in 0..4 {
+            d.learn(1, 19 * MS, 20 * MS, true, i * 20 * MS);
+        }
+        d.learn(1, 6 * MS, 20 * MS, true, 100 * MS);
+        assert!(d.get(1).unwrap() > 0.8, "{:?}", d.get(1));
+        for i in 0..10 {
+            d.learn(1, 2 * MS, 20 * MS, true, (120 + 20 * i) * MS);
+        }
+        assert!(d.get(1).unwrap() < 0.2, "{:?}", d.get(1));
+        d.learn(1, 20 * MS, 20 * MS, true, 400 * MS);
+        assert!(d.get(1).unwrap() > 0.5, "{:?}", d.get(1));
     }
 
     #[test]
