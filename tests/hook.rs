@@ -2092,3 +2092,46 @@ fn a_process_on_two_gpus_takes_their_tokens_in_turn() {
         together / 1_000_000
     );
 }
+
+/// A process of long kernels that never synchronizes, beside processes of other clients and
+/// weights: a wait for its queue that ran into its limit (its markers behind the others' work)
+/// used to let it launch freely until one of its markers completed, and it queued seconds of
+/// 13 ms kernels at once (the ring of markers full, more than a thousand dropped); the others'
+/// markers then waited behind that queue and stalled too, and the GPU ran on for tens of seconds
+/// after the programs' 2 s of launching. Now a stalled process still waits at each launch over
+/// its allowance, a short while.
+#[test]
+fn a_stalled_queue_stays_bounded() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = overlapping_daemon("[clients.u1]\nusers = [\"{uid}\"]\n[clients.big]\nusers = [\"{uid}\"]\n[clients.inf]\nusers = [\"{uid}\"]\n[clients.rl]\nusers = [\"{uid}\"]\n").start();
+    measured("a stalled queue", || {
+        let (_dir, log, gpu) = shared_gpu_files();
+        let start = std::time::Instant::now();
+        on_shared_gpu(
+            &d,
+            &log,
+            &gpu,
+            &[
+                ("u1", "run:2000:1000000:4:0"),
+                ("u1", "run:2000:300000:8:0"),
+                ("big", "run:2000:13000000:0:0"),
+                ("inf", "run:2000:100000:1:3000"),
+                ("rl", "run:2000:20000:1:500"),
+            ],
+        );
+        let took = start.elapsed();
+        let k = kernels(&log);
+        let first = k.iter().map(|x| x.1).min().unwrap_or(0);
+        let last = k.iter().map(|x| x.2).max().unwrap_or(0);
+        let ran_ms = (last - first) / 1_000_000;
+        eprintln!("2 s of launching: the GPU ran for {ran_ms} ms, the programs took {took:?}");
+        if ran_ms > 6_000 {
+            return Err(format!(
+                "the GPU ran for {ran_ms} ms after 2 s of launching"
+            ));
+        }
+        Ok(())
+    });
+}

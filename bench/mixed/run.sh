@@ -19,8 +19,8 @@
 #                   each job its own user's default client
 #   gpushare_twojobs the same, but the second job runs as the first job's user: that user's
 #                   client has two processes, each weighing half of the others
-#   MODE_alt        (gpushare, gpushare_twojobs) the same with the libgpushare.so of $ALT_TARGET:
-#                   two builds of the hook side by side
+#   MODE_alt        (gpushare, gpushare_twojobs) the same with the gpushared and libgpushare.so
+#                   of $ALT_TARGET: two builds side by side
 # A job's rate is its steps (kernels, requests) per second over the phase's span, from STARTUP
 # seconds after the launch (the jobs' warm-up) to the deadline; its share is the rate over its
 # solo rate. The summary (mixed_summary.json) gives per phase each job's rate, share, rate over
@@ -81,6 +81,7 @@ phase() {
   if [[ $2 == *_alt ]]; then
     [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; return; }
     hook=${uhook//$work\/lib\//$work/lib/alt/}
+    local target=$ALT_TARGET # its gpushared too
   fi
   if [[ $mode == gpushare* ]]; then
     gpu_toml false >"$work/gpushare.toml"

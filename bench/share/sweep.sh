@@ -33,8 +33,10 @@
 #   ALONE_CELLS one-client cells [none]; about 45 s each
 #   MIX_CELLS   HEAVY+LIGHT pairs [none], e.g. 1600us:0+50us:1:500; about 70 s each
 #   TRANSFORMER transformer phases besides the solo one, of "gpushare timeslice" [both]; about
-#               100 s together; gpushare_alt: as gpushare, with the libgpushare.so of $ALT_TARGET
-#               (two builds of the hook side by side)
+#               100 s together; gpushare_alt: as gpushare, with the gpushared and libgpushare.so
+#               of $ALT_TARGET (two builds side by side)
+#   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
+#               libgpushare.so
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
 #   NAME.stats.txt (each hooked job's counters, GPUSHARE_STATS=1)
 #   SPAN [15] measured seconds of a shared phase, SOLO_SPAN [8] of a solo one, STARTUP [8] (and
@@ -160,12 +162,17 @@ solo_cell() { # CELL: once per cell and run
   collect "$phase" "$f"
   progress "$phase"
 }
-shared_cell() { # CELL pair|quad
-  local cell=$1 phase=$1.$2 pids=() files=() clients c n r u until
+shared_cell() { # CELL pair|quad|alone|mix[_alt]
+  local cell=$1 phase=$1.$2 pids=() files=() clients c n r u until hook=$uhook
   log "== $phase"
   fits $((startup + span + 20)) "$phase" || return
   [[ -n ${shape[${cell%%:*}]:-} ]] || { json_line phase="$phase" error="kernel ${cell%%:*} not calibrated" >>"$out"; return; }
-  case $2 in
+  if [[ $2 == *_alt ]]; then
+    [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; return; }
+    hook=${uhook//$work\/lib\//$work/lib/alt/}
+    local target=$ALT_TARGET # its gpushared too
+  fi
+  case ${2%_alt} in
     pair) clients=("a:0.75:$u1" "b:0.25:$u2") ;;
     quad) clients=("q1:0.4:$u1" "q2:0.3:$u2" "q3:0.2:$u1" "q4:0.1:$u2") ;;
     alone) clients=("a:0.75:$u1") ;;
@@ -178,9 +185,9 @@ shared_cell() { # CELL pair|quad
     files+=("$work/${phase//:/_}.$n")
     # a mixed phase: client a runs the heavy cell, b the light one
     jcell=$cell
-    [[ $2 == mix ]] && { [[ $n == a ]] && jcell=${cell%%+*} || jcell=${cell#*+}; }
+    [[ ${2%_alt} == mix ]] && { [[ $n == a ]] && jcell=${cell%%+*} || jcell=${cell#*+}; }
     # shellcheck disable=SC2046
-    launch "${files[-1]}" "$u" "$uhook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" kernel_job.py "$n" --phase "$phase" --mode gpushare \
+    launch "${files[-1]}" "$u" "$hook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" kernel_job.py "$n" --phase "$phase" --mode gpushare \
       --request "$r" --user "$u" $(kjob_args "$jcell") --until "$until"
   done
   wait "${pids[@]}"
@@ -199,12 +206,13 @@ transformer_phase() { # solo|gpushare|gpushare_alt|timeslice
   else
     fits $((tf_startup + span + 20)) "$phase" || return
     clients=("a:0.75:$u1" "b:0.25:$u2")
+    if [[ $1 == gpushare_alt ]]; then
+      [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; return; }
+      hook=${uhook//$work\/lib\//$work/lib/alt/}
+      local target=$ALT_TARGET # its gpushared too
+    fi
     if [[ $1 == gpushare* ]]; then
       start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
-    fi
-    if [[ $1 == gpushare_alt ]]; then
-      [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; gpushared_stop; return; }
-      hook=${uhook//$work\/lib\//$work/lib/alt/}
     fi
     until=$(at $((tf_startup + span)))
     for c in "${clients[@]}"; do
@@ -272,6 +280,7 @@ for kind_list in pair:cells quad:quad_cells alone:alone_cells mix:mix_cells; do
     solo_cell "${cell%%+*}"
     [[ $cell == *+* ]] && solo_cell "${cell#*+}"
     shared_cell "$cell" "${kind_list%%:*}"
+    [[ -n ${ALT_TARGET:-} ]] && shared_cell "$cell" "${kind_list%%:*}_alt"
   done
 done
 if [[ -n ${transformer// /} ]]; then

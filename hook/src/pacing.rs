@@ -31,6 +31,8 @@ const RING: usize = 32;
 
 /// Record a marker after the launch under way (set at a check, taken after the launch).
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);
+/// Launches of this process on nameable streams, counted after each.
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 /// Queue budget in GPU nanoseconds.
 static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
 /// The lease runs beside others (the daemon's `GRANT_SHARED`): marker completions do not teach
@@ -42,8 +44,17 @@ static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
 /// budgets by the time per launch learnt alone (kernels known to be long), or the markers fill
 /// the ring: so the queue stays bounded, and the end of the lease hands the GPU over.
 static SHARED: AtomicBool = AtomicBool::new(false);
-/// A wait for this process's queue ran into its limit: no more waits until a marker completes.
+/// A wait for this process's queue ran into its limit: until a marker completes, waits are short
+/// ([`STALLED_WAIT_NS`]).
 static STALLED: AtomicBool = AtomicBool::new(false);
+/// While [`STALLED`], a launch over its allowance waits at most this long, or the GPU time per
+/// launch learnt if longer. Held up by something else (work waiting on another process, or behind
+/// another's long queue), a wait must end; but a process that then launched freely until one of
+/// its markers completed queued seconds of long kernels at once (with the fake driver: 13 ms
+/// kernels, never synchronizing, beside four other processes), and the others' markers then
+/// waited behind that queue until they stalled too. Waiting a launch's time per launch, the
+/// queue grows by about what the GPU runs meanwhile.
+const STALLED_WAIT_NS: u64 = 1_000_000;
 /// An interactive client is active or was lately (the daemon's `GRANT_TIGHT`): the queue is held
 /// to a quarter of the budget, beside others too, so that the interactive client's next request
 /// waits little behind this process's work.
@@ -60,12 +71,20 @@ const TIGHT_DIVISOR: u64 = 4;
 struct Marker {
     event: CUevent,
     recorded: u64,
-    /// When a check last saw it pending (0: never): the GPU worked through the time until it
-    /// completed, some time between then and when a check saw it done.
+    /// When a check last saw it pending (0: never): it completed some time between then and
+    /// when a check saw it done.
     seen_pending_at: u64,
-    /// Recorded after one launch (not by the lease thread after several): its completion
-    /// teaches the GPU time per launch.
-    after_launch: bool,
+    /// The launches of this process when it was recorded ([`LAUNCHES`]).
+    launches: u64,
+}
+
+/// A marker whose completion time is known to within `slop`: where the GPU time per launch is
+/// measured from.
+#[derive(Clone, Copy)]
+struct Anchor {
+    done_at: u64,
+    launches: u64,
+    slop: u64,
 }
 
 /// A time per launch learnt: when the marker that taught it completed, and the time per launch
@@ -95,8 +114,11 @@ struct Pacer {
     learnt: [Learnt; LEARNT_KEPT],
     learnt_len: usize,
     learnt_next: usize,
-    /// When the last marker was seen done.
-    last_done: u64,
+    /// The last completion the time per launch can be measured from, while the GPU has run this
+    /// process's work without a break since ([`Pacer::pop`]).
+    anchor: Option<Anchor>,
+    /// When the marker popped last was last seen pending (0: never).
+    last_seen_pending: u64,
     /// When the newest marker was recorded.
     last_mark: u64,
     /// When work of this process was last seen pending (at a check or a sample).
@@ -124,7 +146,8 @@ impl Pacer {
             }; LEARNT_KEPT],
             learnt_len: 0,
             learnt_next: 0,
-            last_done: 0,
+            anchor: None,
+            last_seen_pending: 0,
             last_mark: 0,
             last_pending: 0,
             samples: 0,
@@ -153,22 +176,50 @@ impl Pacer {
         self.head = (self.head + 1) % RING;
         self.len -= 1;
         STALLED.store(false, Relaxed);
-        if m.seen_pending_at != 0 && m.after_launch && !SHARED.load(Relaxed) {
-            // The GPU was busy from the later of the previous completion and this record until it
-            // completed, between when it was last seen pending and now. Seen done late (the
-            // program synchronized, then worked on the host), the time is not known well enough
-            // to learn from: a process that launches a few short kernels between pauses would be
-            // taken for one with kernels as long as its pauses.
-            let took = done_at.saturating_sub(self.last_done.max(m.recorded));
-            let unsure = done_at.saturating_sub(m.seen_pending_at);
-            if unsure.saturating_mul(2) <= took {
-                self.learn_from(done_at, took);
-            } else {
-                stats::UNSURE.add(1);
-            }
-        }
-        self.last_done = done_at;
+        self.time_launches(&m, done_at);
+        self.last_seen_pending = m.seen_pending_at;
         self.spare.push(m.event);
+    }
+
+    /// Learns the GPU time per launch from marker `m`, seen done at `done_at`: the time since the
+    /// anchor's completion over the launches between the two, while the GPU ran this process's
+    /// work all along (each marker was recorded before the one ahead of it was seen done). An
+    /// average over every launch in between, whatever their sizes: learnt from single launches
+    /// seen done in time, it was the time of the long kernels alone (short ones are rarely seen
+    /// done in time), several times the average of a training loop's mix. Both completions must
+    /// be known to within a quarter of the time between them each; until then the anchor stays,
+    /// and the span grows. Beside others nothing is learnt: the markers wait for the others' turns
+    /// too.
+    fn time_launches(&mut self, m: &Marker, done_at: u64) {
+        let slop = done_at.saturating_sub(if m.seen_pending_at != 0 {
+            m.seen_pending_at
+        } else {
+            m.recorded
+        });
+        let unbroken = self.last_seen_pending != 0 && m.recorded <= self.last_seen_pending;
+        let here = Anchor {
+            done_at,
+            launches: m.launches,
+            slop,
+        };
+        let a = match self.anchor {
+            Some(a) if unbroken && !SHARED.load(Relaxed) => a,
+            _ => {
+                self.anchor = Some(here);
+                return;
+            }
+        };
+        let span = done_at.saturating_sub(a.done_at);
+        let launches = m.launches.saturating_sub(a.launches);
+        if launches == 0 || span == 0 {
+            return;
+        }
+        if (a.slop + slop).saturating_mul(2) <= span {
+            self.learn_from(done_at, span / launches);
+            self.anchor = Some(here);
+        } else {
+            stats::UNSURE.add(1);
+        }
     }
 
     /// Sets the GPU time per launch, and the counters that show it.
@@ -362,7 +413,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
     stats::CHECKS.add(1);
     let mut first = true;
     loop {
-        let event = {
+        let (event, limit) = {
             let mut p = PACER.lock();
             let pending = p.collect(query);
             if first {
@@ -395,9 +446,14 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
             } else {
                 0
             };
-            if STALLED.load(Relaxed) || p.len < p.allowed(budget) {
+            if p.len < p.allowed(budget) {
                 return next_check;
             }
+            let limit = if STALLED.load(Relaxed) {
+                STALLED_WAIT_NS.max(p.per_launch_ns)
+            } else {
+                wait_limit_ns.saturating_sub(now_ns().saturating_sub(start))
+            };
             // Beside others the queue is long also for their turns: it is held back once what it
             // holds by the GPU time per launch learnt alone passes four budgets (kernels known to
             // be long), or its markers fill the ring.
@@ -406,7 +462,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
             let short = !long && p.len < RING - 1;
             match p.front() {
                 Some(_) if shared && short && !tight => return next_check,
-                Some(m) => m.event,
+                Some(m) => (m.event, limit),
                 None => return next_check,
             }
         };
@@ -421,7 +477,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
                 }
                 !pending
             },
-            wait_limit_ns.saturating_sub(waited_from - start),
+            limit,
         );
         if done {
             // Watched until it completed: its completion time is known (to a poll), and the
@@ -434,8 +490,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
         stats::CHECK_WAITS.add(1);
         stats::CHECK_WAIT_NS.add(now_ns().saturating_sub(waited_from));
         if !done {
-            // Held up by something else (work waiting on another process): do not wait for this
-            // queue again until some of it completes.
+            // Held up by something else: short waits until some of this queue completes.
             STALLED.store(true, Relaxed);
             return 0;
         }
@@ -446,6 +501,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
 /// records the marker a check asked for.
 #[inline(always)]
 pub fn after_launch(stream: CUstream) {
+    LAUNCHES.fetch_add(1, Relaxed);
     kernel_timer::after_launch(stream);
     if MARK_AFTER.load(Relaxed) {
         mark(stream);
@@ -508,7 +564,7 @@ fn record_marker(stream: CUstream, after_launch: bool) {
         event,
         recorded: now,
         seen_pending_at: 0,
-        after_launch,
+        launches: LAUNCHES.load(Relaxed),
     });
     p.len += 1;
     if after_launch {
@@ -709,6 +765,59 @@ mod tests {
         p.learn_from(20_000, 1_000_000);
         p.forget_learnt_since(19_000);
         assert_eq!(p.per_launch_ns, seen[4], "the ring goes on from there");
+    }
+
+    /// Markers after each of `kernels` (GPU nanoseconds each, the process running ahead of the GPU
+    /// when `ahead`, else launching each only once the one before completed), checked every
+    /// `poll` nanoseconds: what the pacer learns as the GPU time per launch.
+    fn learnt_from(kernels: &[u64], poll: u64, ahead: bool) -> u64 {
+        let mut p = Pacer::new();
+        let mut gpu = 1_000_000u64;
+        for (i, &k) in kernels.iter().enumerate() {
+            let recorded = if ahead { 1_000_000 + i as u64 } else { gpu + 1 };
+            let start = gpu.max(recorded);
+            gpu = start + k;
+            // the last check before it completed saw it pending, the first after saw it done
+            let seen_pending_at = (gpu - 1) / poll * poll;
+            let done_at = gpu.div_ceil(poll) * poll;
+            p.ring[p.head] = Some(Marker {
+                event: std::ptr::null_mut(),
+                recorded,
+                seen_pending_at: if seen_pending_at >= recorded {
+                    seen_pending_at
+                } else {
+                    0
+                },
+                launches: i as u64 + 1,
+            });
+            p.len = 1;
+            p.pop(done_at);
+        }
+        p.per_launch_ns
+    }
+
+    /// A training loop's mix: a long kernel, then ten short ones. The time per launch learnt is
+    /// their average, though the short ones complete between two checks.
+    #[test]
+    fn the_time_per_launch_is_the_average_of_a_mix_of_kernels() {
+        let _globals = stats::TEST_GLOBALS.lock();
+        set_shared(false);
+        let mix: Vec<u64> = (0..40)
+            .flat_map(|_| std::iter::once(1_000_000).chain([10_000; 10]))
+            .collect();
+        let learnt = learnt_from(&mix, 100_000, true);
+        let average = 1_100_000 / 11;
+        assert!(
+            learnt.abs_diff(average) <= average / 5,
+            "learnt {learnt} ns, average {average}"
+        );
+        let uniform = learnt_from(&[50_000; 200], 100_000, true);
+        assert!(uniform.abs_diff(50_000) <= 10_000, "{uniform}");
+        // launched one at a time after the GPU went idle: no span of unbroken work to learn from
+        assert_eq!(learnt_from(&mix, 100_000, false), 0);
+        set_shared(true);
+        assert_eq!(learnt_from(&mix, 100_000, true), 0, "beside others");
+        set_shared(false);
     }
 
     #[test]
