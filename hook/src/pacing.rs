@@ -382,9 +382,13 @@ pub fn configure(budget_ns: u64, interactive: bool) {
 ///
 /// On a relaxed lease, a process taken for one with long kernels has some of its launches timed
 /// ([`kernel_timer`]): the pair starts right before the launch, after any wait here.
+///
+/// Until the process knows its GPU time per launch, every launch checks, and one launch is timed
+/// on its own: what it took becomes the first estimate.
 pub fn check(stream: CUstream, wait_limit_ns: u64) -> u64 {
     let next = check_queue(wait_limit_ns);
-    if relaxed() && PACER.lock().per_launch_ns >= CHECK_EVERY_NS {
+    let per_launch = PACER.lock().per_launch_ns;
+    if per_launch == 0 || (relaxed() && per_launch >= CHECK_EVERY_NS) {
         kernel_timer::before_launch(stream);
     }
     next
@@ -417,19 +421,26 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
             let mut p = PACER.lock();
             let pending = p.collect(query);
             if first {
-                if let Some(timed) = kernel_timer::take().filter(|_| relaxed()) {
-                    let lowered = lower(p.per_launch_ns, timed);
-                    if lowered < p.per_launch_ns {
-                        stats::LOWERED.add(1);
-                        p.set_per_launch(lowered);
+                if let Some(timed) = kernel_timer::take() {
+                    if p.per_launch_ns == 0 {
+                        p.set_per_launch(timed.max(1));
+                    } else if relaxed() {
+                        let lowered = lower(p.per_launch_ns, timed);
+                        if lowered < p.per_launch_ns {
+                            stats::LOWERED.add(1);
+                            p.set_per_launch(lowered);
+                        }
                     }
                 }
                 MARK_AFTER.store(true, Relaxed);
                 if pending == 0 {
                     // Kernels known to be long are checked at every launch: a burst of them
                     // launched between two time-spaced checks would queue far more than the
-                    // budget.
-                    return if p.per_launch_ns >= CHECK_EVERY_NS {
+                    // budget. So are kernels not known yet: a new process of 13 ms kernels that
+                    // never synchronizes launched hundreds of them between its first two checks
+                    // (with the fake driver, whose launches take a microsecond), and the others
+                    // waited seconds behind that queue.
+                    return if p.per_launch_ns >= CHECK_EVERY_NS || p.per_launch_ns == 0 {
                         0
                     } else {
                         check_every()
@@ -441,7 +452,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
             // Beside others this process's markers are pending often, for the others' turns too:
             // a launch-bound process checked at every launch would pay for it at every launch.
             // Its checks stay spaced then (unless its kernels are known to be long).
-            let next_check = if shared && p.per_launch_ns < CHECK_EVERY_NS {
+            let next_check = if shared && p.per_launch_ns != 0 && p.per_launch_ns < CHECK_EVERY_NS {
                 check_every()
             } else {
                 0
@@ -459,7 +470,8 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
             // be long), or its markers fill the ring.
             let long = p.per_launch_ns >= CHECK_EVERY_NS
                 && (p.len as u64).saturating_mul(p.per_launch_ns) >= budget.saturating_mul(4);
-            let short = !long && p.len < RING - 1;
+            // Kernels not known yet are not taken for short ones beside others either.
+            let short = !long && p.per_launch_ns != 0 && p.len < RING - 1;
             match p.front() {
                 Some(_) if shared && short && !tight => return next_check,
                 Some(m) => (m.event, limit),
