@@ -5,13 +5,26 @@
 #   uhook   the environment that puts a process under the hook, for any user: a copy of
 #           libgpushare.so in the work directory, the socket of the daemon lib.sh starts
 #   jobdir  a directory in `work` readable by all, where bench_copy puts the job programs
-# and the functions bench_users, as_user, bench_copy and json_line.
+# (with ALT_TARGET set, a copy of its libgpushare.so in work/lib/alt too, for phases of a second
+# build), and the functions bench_users, as_user, bench_copy, json_line and use_alt.
 py=${PYTHON:-$(python3 -c 'import sys; print(sys.executable)')}
 jobdir=$work/jobs
 mkdir -p "$jobdir" "$work/lib" "$work/home"
 chmod 755 "$jobdir" "$work/lib" "$work/home"
 cp "$target/libgpushare.so" "$work/lib/" 2>/dev/null && chmod 755 "$work/lib/libgpushare.so"
 uhook="LD_PRELOAD=$work/lib/libgpushare.so GPUSHARE_SOCKET=$work/run/gpushare.sock GPUSHARE_NO_DAEMON=refuse"
+if [[ -n ${ALT_TARGET:-} ]]; then
+  mkdir -p "$work/lib/alt" && cp "$ALT_TARGET/libgpushare.so" "$work/lib/alt/" && chmod -R 755 "$work/lib/alt"
+fi
+
+# use_alt PHASE: for a phase of the second build, its hook's environment in `hook` and its
+# directory (gpushared) in `target`, both the caller's locals; without ALT_TARGET's hook an error
+# line for PHASE in `out`, and false.
+use_alt() {
+  [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$1" error="no ALT_TARGET hook" >>"$out"; return 1; }
+  hook=${uhook//$work\/lib\//$work/lib/alt/}
+  target=$ALT_TARGET
+}
 
 # json_line KEY=VALUE...: one JSON object for error and note lines in the .jsonl files.
 # shellcheck source=json.sh

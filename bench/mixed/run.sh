@@ -70,7 +70,7 @@ launch_job() {
 # phase PHASE MODE [JOB]: the jobs (or JOB alone) at once
 phase() {
   local phase=$1 mode=${2%_alt} only=${3:-} pids=() files=() j n k u e s start until first_user=""
-  local hook=$uhook
+  local hook=$uhook target=$target
   local secs=$span
   [[ -n $only ]] && secs=$solo_span
   log "== $phase"
@@ -78,11 +78,7 @@ phase() {
     json_line phase="$phase" error="skipped: ${SECONDS}s gone, BUDGET=$budget" >>"$out"
     return
   fi
-  if [[ $2 == *_alt ]]; then
-    [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; return; }
-    hook=${uhook//$work\/lib\//$work/lib/alt/}
-    local target=$ALT_TARGET # its gpushared too
-  fi
+  if [[ $2 == *_alt ]]; then use_alt "$phase" || return; fi
   if [[ $mode == gpushare* ]]; then
     gpu_toml false >"$work/gpushare.toml"
     gpushared_start "$work/gpushare.toml" "$outdir/mixed.gpushared.log" ||
@@ -119,9 +115,6 @@ phase() {
 header "span=$span solo_span=$solo_span startup=$startup jobs=${jobs[*]}" >>"$out"
 bench_copy "$here/lab_job.py" "$here/../share/transformer_job.py" "$here/../share/kernel_job.py" \
   "$here/../latency/infer_job.py"
-if [[ -n ${ALT_TARGET:-} ]]; then
-  mkdir -p "$work/lib/alt" && cp "$ALT_TARGET/libgpushare.so" "$work/lib/alt/" && chmod -R 755 "$work/lib/alt"
-fi
 users=()
 for j in "${jobs[@]}"; do IFS=: read -r _ _ u <<<"$j"; users+=("$u"); done
 if ! bench_users $(printf '%s\n' "${users[@]}" | awk '!seen[$0]++') >>"$out"; then

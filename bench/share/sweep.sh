@@ -163,15 +163,11 @@ solo_cell() { # CELL: once per cell and run
   progress "$phase"
 }
 shared_cell() { # CELL pair|quad|alone|mix[_alt]
-  local cell=$1 phase=$1.$2 pids=() files=() clients c n r u until hook=$uhook
+  local cell=$1 phase=$1.$2 pids=() files=() clients c n r u until hook=$uhook target=$target
   log "== $phase"
   fits $((startup + span + 20)) "$phase" || return
   [[ -n ${shape[${cell%%:*}]:-} ]] || { json_line phase="$phase" error="kernel ${cell%%:*} not calibrated" >>"$out"; return; }
-  if [[ $2 == *_alt ]]; then
-    [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; return; }
-    hook=${uhook//$work\/lib\//$work/lib/alt/}
-    local target=$ALT_TARGET # its gpushared too
-  fi
+  if [[ $2 == *_alt ]]; then use_alt "$phase" || return; fi
   case ${2%_alt} in
     pair) clients=("a:0.75:$u1" "b:0.25:$u2") ;;
     quad) clients=("q1:0.4:$u1" "q2:0.3:$u2" "q3:0.2:$u1" "q4:0.1:$u2") ;;
@@ -196,7 +192,7 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
   progress "$phase"
 }
 transformer_phase() { # solo|gpushare|gpushare_alt|timeslice
-  local phase=transformer.$1 pids=() files=() n r u c until clients hook=$uhook
+  local phase=transformer.$1 pids=() files=() n r u c until clients hook=$uhook target=$target
   log "== $phase"
   if [[ $1 == solo ]]; then
     fits $((tf_startup + solo_span + 12)) "$phase" || return
@@ -206,11 +202,7 @@ transformer_phase() { # solo|gpushare|gpushare_alt|timeslice
   else
     fits $((tf_startup + span + 20)) "$phase" || return
     clients=("a:0.75:$u1" "b:0.25:$u2")
-    if [[ $1 == gpushare_alt ]]; then
-      [[ -f $work/lib/alt/libgpushare.so ]] || { json_line phase="$phase" error="no ALT_TARGET hook" >>"$out"; return; }
-      hook=${uhook//$work\/lib\//$work/lib/alt/}
-      local target=$ALT_TARGET # its gpushared too
-    fi
+    if [[ $1 == gpushare_alt ]]; then use_alt "$phase" || return; fi
     if [[ $1 == gpushare* ]]; then
       start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
     fi
@@ -241,9 +233,6 @@ if ! bench_users "$u1" "$u2" >>"$out"; then
   log "users gsbench1/gsbench2 unavailable: running every job as $u1"
 fi
 bench_copy "$here/kernel_job.py" "$here/transformer_job.py"
-if [[ -n ${ALT_TARGET:-} ]]; then
-  mkdir -p "$work/lib/alt" && cp "$ALT_TARGET/libgpushare.so" "$work/lib/alt/" && chmod -R 755 "$work/lib/alt"
-fi
 
 declare -A shape=() kus=() solo_done=()
 kernels=$(for c in $cells $quad_cells $alone_cells ${mix_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')

@@ -118,9 +118,6 @@ else:
 PY
 }
 
-if [[ -n ${ALT_TARGET:-} ]]; then
-  mkdir -p "$work/lib/alt" && cp "$ALT_TARGET/libgpushare.so" "$work/lib/alt/" && chmod -R 755 "$work/lib/alt"
-fi
 header "jobs=$njobs steps=$steps item_every=$item_every rounds=$rounds startup=$startup" >>"$out"
 bench_copy "$here/mnist_job.py"
 if [[ " $modes " == *"_users "* || " $modes " == *"_users_alt "* ]]; then
