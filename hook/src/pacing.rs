@@ -107,7 +107,7 @@ struct Pacer {
     len: usize,
     /// Events to reuse.
     spare: Vec<CUevent>,
-    /// GPU nanoseconds per marked launch while backlogged (0: not known yet).
+    /// GPU nanoseconds per launch (0: not known yet).
     per_launch_ns: u64,
     /// The latest times per launch learnt from markers, a ring of `learnt_len`, the next one
     /// at `learnt_next`.
@@ -183,13 +183,13 @@ impl Pacer {
 
     /// Learns the GPU time per launch from marker `m`, seen done at `done_at`: the time since the
     /// anchor's completion over the launches between the two, while the GPU ran this process's
-    /// work all along (each marker was recorded before the one ahead of it was seen done). An
-    /// average over every launch in between, whatever their sizes: learnt from single launches
-    /// seen done in time, it was the time of the long kernels alone (short ones are rarely seen
-    /// done in time), several times the average of a training loop's mix. Both completions must
-    /// be known to within a quarter of the time between them each; until then the anchor stays,
-    /// and the span grows. Beside others nothing is learnt: the markers wait for the others' turns
-    /// too.
+    /// work all along (each marker was recorded while the one ahead of it was still seen
+    /// pending). An average over every launch in between, whatever their sizes: learnt from
+    /// single launches seen done in time, it was the time of the long kernels alone (short ones
+    /// are rarely seen done in time), several times the average of a training loop's mix. The two
+    /// completions' uncertainties together must be at most half the time between them; until
+    /// then the anchor stays, and the span grows. Beside others nothing is learnt: the markers
+    /// wait for the others' turns too.
     fn time_launches(&mut self, m: &Marker, done_at: u64) {
         let slop = done_at.saturating_sub(if m.seen_pending_at != 0 {
             m.seen_pending_at
@@ -272,6 +272,12 @@ impl Pacer {
             self.pop(now_ns());
         }
         self.len
+    }
+
+    /// Whether every launch checks the queue: kernels known to be long, or not known yet (a
+    /// burst of them between two time-spaced checks would queue far more than the budget).
+    fn checks_each_launch(&self) -> bool {
+        self.per_launch_ns == 0 || self.per_launch_ns >= CHECK_EVERY_NS
     }
 
     /// How many markers may be pending before a launch waits.
@@ -434,13 +440,11 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
                 }
                 MARK_AFTER.store(true, Relaxed);
                 if pending == 0 {
-                    // Kernels known to be long are checked at every launch: a burst of them
-                    // launched between two time-spaced checks would queue far more than the
-                    // budget. So are kernels not known yet: a new process of 13 ms kernels that
-                    // never synchronizes launched hundreds of them between its first two checks
-                    // (with the fake driver, whose launches take a microsecond), and the others
-                    // waited seconds behind that queue.
-                    return if p.per_launch_ns >= CHECK_EVERY_NS || p.per_launch_ns == 0 {
+                    // Unknown kernels too: a new process of 13 ms kernels that never
+                    // synchronizes launched hundreds of them between its first two checks (with
+                    // the fake driver, whose launches take a microsecond), and the others waited
+                    // seconds behind that queue.
+                    return if p.checks_each_launch() {
                         0
                     } else {
                         check_every()
@@ -452,7 +456,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
             // Beside others this process's markers are pending often, for the others' turns too:
             // a launch-bound process checked at every launch would pay for it at every launch.
             // Its checks stay spaced then (unless its kernels are known to be long).
-            let next_check = if shared && p.per_launch_ns != 0 && p.per_launch_ns < CHECK_EVERY_NS {
+            let next_check = if shared && !p.checks_each_launch() {
                 check_every()
             } else {
                 0
