@@ -25,6 +25,14 @@ const GAIN_UP: f64 = 0.5;
 /// other for light ones, and overlap (sharing the GPU equally, not by their requests) for
 /// seconds, until probes measured them again. It takes several light leases to count as light.
 const GAIN_DOWN: f64 = 0.2;
+/// A sample beside others at least this high (and above the estimate) asks for a probe.
+const PROBE_AT: f64 = 0.5;
+/// Least time between two probes of one session, once it was measured alone [`SETTLED`] times.
+pub const PROBE_EVERY: Nanos = 2_000_000_000;
+/// Leases alone after which a session's estimate has settled (the first replaces
+/// [`INITIAL_DEMAND`], each later one moves it towards its sample): until then an ambiguous
+/// sample asks for a probe at once.
+const SETTLED: u32 = 3;
 
 /// The estimate moved towards `sample`, fast up, slowly down.
 fn toward(estimate: f64, sample: f64) -> f64 {
@@ -35,14 +43,6 @@ fn toward(estimate: f64, sample: f64) -> f64 {
     };
     estimate + gain * (sample - estimate)
 }
-/// A sample beside others at least this high (and above the estimate) asks for a probe.
-const PROBE_AT: f64 = 0.5;
-/// Least time between two probes of one session, once it was measured alone [`SETTLED`] times.
-pub const PROBE_EVERY: Nanos = 2_000_000_000;
-/// Leases alone after which a session's estimate has settled (the first replaces
-/// [`INITIAL_DEMAND`], each later one moves it towards its sample): until then an ambiguous
-/// sample asks for a probe at once.
-const SETTLED: u32 = 3;
 
 #[derive(Debug, Clone, Copy)]
 struct Demand {
