@@ -2093,6 +2093,45 @@ fn a_process_on_two_gpus_takes_their_tokens_in_turn() {
     );
 }
 
+/// A queue stalled behind work that is not the process's own (here an unmanaged process's 1.5 s
+/// kernel) still bounds the launches: a wait that ran into its limit used to let the process
+/// launch freely until one of its markers completed, queueing as many kernels as it could launch
+/// meanwhile. Now each launch over the allowance still waits, up to 1 ms.
+#[test]
+fn a_stalled_queue_still_bounds_the_launches() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = overlapping_daemon("[clients.a]\nusers = [\"{uid}\"]\n").start();
+    let (_dir, log, gpu) = shared_gpu_files();
+    let gpu = gpu.display().to_string();
+    let mut unmanaged = Run::new(Via::Dlsym)
+        .log(&log)
+        .env("FAKE_CUDA_GPU", &gpu)
+        .command(&["launch:1:1500000000"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let out = Run::new(Via::Dlsym)
+        .daemon(&d)
+        .client("a")
+        .log(&log)
+        .env("FAKE_CUDA_GPU", &gpu)
+        .ok(&["run:600:1000000:0:0"]);
+    assert!(unmanaged.wait().unwrap().success());
+    let launched: u64 = line(&out, "run ")
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("run's kernel count");
+    eprintln!("600 ms of launching behind a 1.5 s kernel: {launched} kernels of 1 ms");
+    assert!(
+        launched <= 1_000,
+        "{launched} kernels of 1 ms queued in 600 ms"
+    );
+}
+
 /// A process of long kernels that never synchronizes, beside processes of other clients and
 /// weights, keeps a bounded queue from its first launch on. Two faults let it queue seconds of
 /// 13 ms kernels: checked every 0.1 ms before it knew the length of its kernels, it launched
@@ -2101,8 +2140,9 @@ fn a_process_on_two_gpus_takes_their_tokens_in_turn() {
 /// let it launch freely until one of its markers completed (the ring of markers full, more than
 /// a thousand dropped). The others' markers then waited behind that queue, and stalled too: in
 /// 2 s of launching, some processes got their first kernel after 2.8-3.5 s, and the GPU ran on
-/// for 3-257 s. Now every launch checks until one launch, timed on its own, tells the length,
-/// and a stalled launch over its allowance still waits a short while.
+/// for 3-257 s. Now every launch checks until one launch, timed on its own, tells the length
+/// (this test fails without it), and a stalled launch over its allowance still waits a short
+/// while ([`a_stalled_queue_still_bounds_the_launches`]).
 #[test]
 fn a_long_kernel_queue_stays_bounded_from_the_first_launch() {
     let Some(_serial) = prepare() else {
