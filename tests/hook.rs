@@ -1828,6 +1828,43 @@ fn kernels_seen_done_after_a_pause_do_not_teach_a_long_time_per_launch() {
     });
 }
 
+/// A process's first launches are slow on the host (the driver loads the kernels' modules), so
+/// the timing of one of them, its first estimate of the GPU time per launch, also holds the
+/// loading: 3 ms for 60 us kernels. Taken for kernels longer than the queue budget, the process is held
+/// to one launch at a time, where no stretch of unbroken work teaches it better; it learns from
+/// each launch's own time then.
+#[test]
+fn a_slow_first_launch_does_not_hold_the_process_to_one_launch_at_a_time() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = overlapping_daemon("").start();
+    let (_dir, log, gpu) = shared_gpu_files();
+    let out = Run::new(Via::Dlsym)
+        .daemon(&d)
+        .log(&log)
+        .env("FAKE_CUDA_GPU", &gpu.display().to_string())
+        .env("FAKE_CUDA_SLOW_LAUNCHES", "20:3000")
+        .env("GPUSHARE_STATS", "1")
+        .output(&["run:400:60000:0:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stat = |after: &str| -> u64 {
+        err.rsplit(after)
+            .next()
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no stats line: {err}"))
+    };
+    let (now, most) = (stat(", now "), stat("(at most "));
+    eprintln!("time per launch learnt: {now} us, at most {most} us");
+    assert!(
+        most >= 2_000,
+        "the first launches were not timed slow: {most} us"
+    );
+    assert!(now <= 200, "learnt {now} us per 60 us kernel");
+}
+
 /// A batch client (request 0.5) and an interactive one, both of this test's user.
 const BATCH_AND_LIVE: &str = "[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n";
 

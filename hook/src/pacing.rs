@@ -119,6 +119,8 @@ struct Pacer {
     anchor: Option<Anchor>,
     /// When the marker popped last was last seen pending (0: never).
     last_seen_pending: u64,
+    /// When the marker popped last was seen done, and the launches when it was recorded.
+    last_done: Option<(u64, u64)>,
     /// When the newest marker was recorded.
     last_mark: u64,
     /// When work of this process was last seen pending (at a check or a sample).
@@ -148,6 +150,7 @@ impl Pacer {
             learnt_next: 0,
             anchor: None,
             last_seen_pending: 0,
+            last_done: None,
             last_mark: 0,
             last_pending: 0,
             samples: 0,
@@ -178,6 +181,7 @@ impl Pacer {
         STALLED.store(false, Relaxed);
         self.time_launches(&m, done_at);
         self.last_seen_pending = m.seen_pending_at;
+        self.last_done = Some((done_at, m.launches));
         self.spare.push(m.event);
     }
 
@@ -189,7 +193,8 @@ impl Pacer {
     /// are rarely seen done in time), several times the average of a training loop's mix. The two
     /// completions' uncertainties together must be at most half the time between them; until
     /// then the anchor stays, and the span grows. Beside others nothing is learnt: the markers
-    /// wait for the others' turns too.
+    /// wait for the others' turns too. A process held to one launch at a time has no such
+    /// stretches, and learns from each launch ([`Pacer::time_one_launch`]).
     fn time_launches(&mut self, m: &Marker, done_at: u64) {
         let slop = done_at.saturating_sub(if m.seen_pending_at != 0 {
             m.seen_pending_at
@@ -206,6 +211,9 @@ impl Pacer {
             Some(a) if unbroken && !SHARED.load(Relaxed) => a,
             _ => {
                 self.anchor = Some(here);
+                if !SHARED.load(Relaxed) {
+                    self.time_one_launch(m, done_at, slop);
+                }
                 return;
             }
         };
@@ -219,6 +227,26 @@ impl Pacer {
             self.anchor = Some(here);
         } else {
             stats::UNSURE.add(1);
+        }
+    }
+
+    /// Learns from marker `m` the GPU time of the one launch before it, while the time per launch
+    /// learnt passes the queue budget: the process is then held to one launch at a time, each
+    /// launched once the one before was seen done and waited for to the poll, so the time from
+    /// the marker's record to its completion is that launch's alone, whatever its size. A
+    /// process never queues two launches then, and learns nothing from stretches of unbroken
+    /// work: a time per launch taken far too long (a first launch timed with the driver's module
+    /// loading in it, 2.9 ms for a training loop of 60 us kernels on an H100) held it to one
+    /// launch at a time for good, and it ran at half its rate in its leases.
+    fn time_one_launch(&mut self, m: &Marker, done_at: u64, slop: u64) {
+        let budget = lease_budget(BUDGET_NS.load(Relaxed), TIGHT.load(Relaxed));
+        let Some((before_done_at, before_launches)) = self.last_done else {
+            return;
+        };
+        let took = done_at.saturating_sub(m.recorded);
+        let one_launch_alone = m.launches == before_launches + 1 && before_done_at <= m.recorded;
+        if self.per_launch_ns > budget && one_launch_alone && slop.saturating_mul(2) <= took {
+            self.learn_from(done_at, took);
         }
     }
 
@@ -784,13 +812,20 @@ mod tests {
     }
 
     /// Markers after each of `kernels` (GPU nanoseconds each, the process running ahead of the GPU
-    /// when `ahead`, else launching each only once the one before completed), checked every
-    /// `poll` nanoseconds: what the pacer learns as the GPU time per launch.
-    fn learnt_from(kernels: &[u64], poll: u64, ahead: bool) -> u64 {
+    /// when `ahead`, else launching each only once the one before was seen done), checked every
+    /// `poll` nanoseconds, the time per launch `start` before: what the pacer learns as the GPU
+    /// time per launch.
+    fn learnt_from(kernels: &[u64], poll: u64, ahead: bool, start: u64) -> u64 {
         let mut p = Pacer::new();
+        p.per_launch_ns = start;
         let mut gpu = 1_000_000u64;
+        let mut seen_done = 0;
         for (i, &k) in kernels.iter().enumerate() {
-            let recorded = if ahead { 1_000_000 + i as u64 } else { gpu + 1 };
+            let recorded = if ahead {
+                1_000_000 + i as u64
+            } else {
+                gpu.max(seen_done) + 1
+            };
             let start = gpu.max(recorded);
             gpu = start + k;
             // the last check before it completed saw it pending, the first after saw it done
@@ -808,6 +843,7 @@ mod tests {
             });
             p.len = 1;
             p.pop(done_at);
+            seen_done = done_at;
         }
         p.per_launch_ns
     }
@@ -821,18 +857,49 @@ mod tests {
         let mix: Vec<u64> = (0..40)
             .flat_map(|_| std::iter::once(1_000_000).chain([10_000; 10]))
             .collect();
-        let learnt = learnt_from(&mix, 100_000, true);
+        let learnt = learnt_from(&mix, 100_000, true, 0);
         let average = 1_100_000 / 11;
         assert!(
             learnt.abs_diff(average) <= average / 5,
             "learnt {learnt} ns, average {average}"
         );
-        let uniform = learnt_from(&[50_000; 200], 100_000, true);
+        let uniform = learnt_from(&[50_000; 200], 100_000, true, 0);
         assert!(uniform.abs_diff(50_000) <= 10_000, "{uniform}");
         // launched one at a time after the GPU went idle: no span of unbroken work to learn from
-        assert_eq!(learnt_from(&mix, 100_000, false), 0);
+        assert_eq!(learnt_from(&mix, 100_000, false, 0), 0);
         set_shared(true);
-        assert_eq!(learnt_from(&mix, 100_000, true), 0, "beside others");
+        assert_eq!(learnt_from(&mix, 100_000, true, 0), 0, "beside others");
+        set_shared(false);
+    }
+
+    /// A time per launch taken for more than the budget holds the process to one launch at a
+    /// time; each launch then teaches its own time, until two fit in the budget again.
+    #[test]
+    fn a_process_held_to_one_launch_at_a_time_learns_each_launchs_time() {
+        let _globals = stats::TEST_GLOBALS.lock();
+        set_shared(false);
+        set_tight(false);
+        configure(2_000_000, false);
+        let mix: Vec<u64> = (0..20)
+            .flat_map(|_| std::iter::once(200_000).chain([40_000; 5]))
+            .collect();
+        // waited for to a microsecond, as the check's wait polls
+        let learnt = learnt_from(&mix, 1_000, false, 2_900_000);
+        let mut p = Pacer::new();
+        p.per_launch_ns = learnt;
+        assert!(
+            learnt <= 2_000_000 && p.allowed(2_000_000) >= 2,
+            "still held to one launch: {learnt} ns"
+        );
+        // long kernels are learnt as long
+        let long = learnt_from(&[20_000_000; 20], 1_000, false, 2_900_000);
+        assert!(long.abs_diff(20_000_000) <= 1_000_000, "{long}");
+        // seen done only by checks a millisecond apart: too unsure to learn short launches from
+        let coarse = learnt_from(&[40_000; 50], 1_000_000, false, 2_900_000);
+        assert_eq!(coarse, 2_900_000);
+        set_shared(true);
+        let beside = learnt_from(&[40_000; 50], 1_000, false, 2_900_000);
+        assert_eq!(beside, 2_900_000, "beside others");
         set_shared(false);
     }
 

@@ -19,7 +19,9 @@
  * time); device 0 is FILE, device D >= 1 is FILE.D, a queue of its own, so that different
  * devices run at the same time. Events complete when the work on their device recorded before
  * them has (the device current at cuEventRecord), and synchronize calls wait for the work of the
- * current device. Device memory is a counter per device with a fixed total (FAKE_CUDA_TOTAL_MEM
+ * current device. With FAKE_CUDA_SLOW_LAUNCHES=N:US there, the first N launches of the process
+ * take US us each before their kernels are queued (the real driver loads a kernel's module on its
+ * first launch). Device memory is a counter per device with a fixed total (FAKE_CUDA_TOTAL_MEM
  * bytes each, default 16 GiB); an allocation counts on the current device (cuMemCreate: on the
  * device its properties name) and its free gives it back there. Events and streams
  * are trivial, since all work is finished when a launch returns; a stream can capture.
@@ -122,11 +124,25 @@ static void sleep_until(uint64_t t) {
   }
 }
 
+/* FAKE_CUDA_SLOW_LAUNCHES=N:US: the process's first N launches each spend US us in the driver
+ * before their kernels are queued, as the real one loading the modules of N kernels on their
+ * first launches. */
+static void first_launch_delay(void) {
+  static int launched;
+  const char *v = getenv("FAKE_CUDA_SLOW_LAUNCHES");
+  if (!v) return;
+  char *us = NULL;
+  long n = strtol(v, &us, 10);
+  if (*us != ':' || __sync_fetch_and_add(&launched, 1) >= n) return;
+  sleep_until(now_ns() + strtoull(us + 1, NULL, 10) * 1000ull);
+}
+
 static void run_kernel(const char *fn, void **params) {
   uint64_t ns = (params && params[0]) ? *(uint64_t *)params[0] : 0;
   int dev = current_device();
   const char *gpu = getenv("FAKE_CUDA_GPU");
   if (gpu && *gpu) {
+    first_launch_delay();
     pthread_mutex_lock(&lock);
     uint64_t queued = now_ns();
     uint64_t start = gpu_enqueue(gpu, dev, ns);
