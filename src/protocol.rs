@@ -140,7 +140,8 @@ pub enum Request {
     /// hands the token on. Answered by [`Reply::Grant`].
     Renew { device: DeviceId, busy_ns: u64 },
     /// At the end of a lease on `device`, keep the token for another lease without first
-    /// waiting for the work queued in this one, if nobody else waits for it. Answered by
+    /// waiting for the work queued in this one, if the client would get the next lease anyway
+    /// (no waiting process goes before it). Answered by
     /// [`Reply::Grant`] or [`Reply::NotExtended`] (then the client drains its work and sends
     /// `Renew`).
     Extend { device: DeviceId },
@@ -190,7 +191,7 @@ pub enum Reply {
     Reserved { used: u64 },
     /// The reservation would pass the cap; nothing was counted.
     OverCap { used: u64, cap: u64 },
-    /// Others wait for the token: the lease was not extended.
+    /// Another process goes first: the lease was not extended.
     NotExtended,
     /// On the watch connection: end lease number `lease` at the next launch (an interactive
     /// client wants its GPU, or a process its probe).

@@ -3,7 +3,7 @@
 //! Fast path (every launch): one clock read and a compare against an atomic time, the earlier of
 //! the lease's end and the next queue check ([`pacing`]). When the lease has run out (or was
 //! revoked for an interactive client), one thread (under the gate lock) first asks to extend it,
-//! which the daemon grants when nobody else waits; otherwise it waits for the work launched
+//! which the daemon grants when this process would get the next lease anyway; otherwise it waits for the work launched
 //! during the lease, reports how busy it kept the GPU, and blocks until the next grant. The
 //! other launching threads of the process wait on the lock, since they share the token.
 //!
@@ -163,8 +163,8 @@ fn renew_lease(stream: Stream) {
     let switching = lease.holding && lease.device.ordinal != here.ordinal;
     let other_waits = WANTED.load(Acquire) >= 0;
     if lease.holding && !switching && !other_waits && REVOKED_AT.load(Acquire) == 0 {
-        // Nobody waits behind this process: carry on without draining its queue, which would
-        // leave the GPU idle until the queue fills again.
+        // No other process goes first: carry on without draining the queue, which would leave
+        // the GPU idle until the queue fills again.
         if let Some(lease_ns) = session::extend(lease.device.id) {
             stats::EXTENSIONS.add(1);
             lease.grant(now_ns(), lease_ns);

@@ -516,7 +516,7 @@ pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
 }
 
 /// Asks to keep the token for another lease without draining first; the lease length when
-/// nobody else waits, `None` otherwise (or when unmanaged).
+/// no waiting process goes before this one, `None` otherwise (or when unmanaged).
 pub fn extend(device: DeviceId) -> Option<u64> {
     with_link(|l| match l.call(&Request::Extend { device })? {
         Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags, true))),

@@ -8,6 +8,9 @@
 //! to whoever waits: the scheduler is work-conserving. A *limit* is a token bucket refilled at
 //! `limit` nanoseconds per nanosecond: a client out of credit waits even when the GPU is idle.
 //!
+//! At its lease's end a holder asks for another at once ([`Scheduler::extend`]), and gets it
+//! when it would be granted the next lease anyway: it keeps its queue, which a hand-over drains.
+//!
 //! Charges come from the daemon's own clock, never from what a process reports: a lease is
 //! charged its wall time from grant to release, at most to its end plus the grace, after which
 //! the token is taken back (a process that dies or hangs holds it that long). A process releases
@@ -416,18 +419,20 @@ impl Scheduler {
     }
 
     /// `session`, holding a lease, asks for the next one at once. Granted (the lease restarts now,
-    /// what ran so far is charged) when no other session waits, the lease was not revoked and the
-    /// client's limit allows it; the new lease (shared when others run beside it), or `None` when
-    /// it must give the token back as usual.
+    /// what ran so far is charged) when it would get the next lease anyway: no waiting process
+    /// goes before it ([`Scheduler::waits_ahead`]), the lease was not revoked and the client's
+    /// limit allows it; the new lease (shared when others run beside it), or `None` when it must
+    /// give the token back as usual. A process of a large request thus holds its turns by
+    /// request in one stretch, its queue never drained between them.
     pub fn extend(&mut self, session: SessionId, now: Nanos) -> Option<Grant> {
         let i = self.holders.iter().position(|h| h.session == session)?;
-        if self.holders[i].revoked
-            || self.clients.values().any(|c| !c.waiting.is_empty())
-            || self.overlapping_by_demand(now)
-        {
+        if self.holders[i].revoked || self.overlapping_by_demand(now) {
             return None;
         }
         self.settle(now);
+        if self.waits_ahead(i, now) {
+            return None;
+        }
         let burst = self.burst();
         let quantum = self.quantum;
         let h = &mut self.holders[i];
@@ -465,6 +470,32 @@ impl Scheduler {
             lease_ns: quantum,
             shared: self.demand_gated && !alone,
             tight: self.tight_for(client, now),
+        })
+    }
+
+    /// Whether a waiting process would get the next lease before the holder of `holders[i]`
+    /// were it to ask again now, its lease charged: an interactive client's, a process due a
+    /// probe, another process of its own client (they take turns), or one of a client with
+    /// credit whose virtual time is below the holder's after the charge (on a tie, the client
+    /// first in [`Scheduler::poll`]'s line). Call after [`Scheduler::settle`].
+    fn waits_ahead(&self, i: usize, now: Nanos) -> bool {
+        let h = &self.holders[i];
+        let Some(holder) = self.clients.get(&h.client) else {
+            return true;
+        };
+        if self.probe_next.is_some() {
+            return true;
+        }
+        let vtime_after = holder.vtime + h.owed.round() / holder.weight();
+        let burst = self.burst();
+        self.clients.iter().any(|(&id, c)| {
+            if c.waiting.is_empty() {
+                return false;
+            }
+            let dt = now.saturating_sub(c.credit_at) as f64;
+            let credit = (c.credit + dt * c.shares.limit).min(burst);
+            let before = c.vtime < vtime_after || (c.vtime == vtime_after && id < h.client);
+            id == h.client || c.shares.interactive || (credit > 0.0 && before)
         })
     }
 

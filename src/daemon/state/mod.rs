@@ -410,8 +410,8 @@ impl State {
         }
     }
 
-    /// Another lease on `device` at once for a holder nobody waits behind there (with the tracing
-    /// a grant has); `NotExtended` otherwise.
+    /// Another lease on `device` at once for a holder that no waiting process goes before there
+    /// (with the tracing a grant has); `NotExtended` otherwise.
     pub fn extend(&mut self, session: SessionId, device: DeviceId) -> Reply {
         let now = self.now();
         let reply = match self.sched.extend(device, session, now) {
