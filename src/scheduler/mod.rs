@@ -423,10 +423,13 @@ impl Scheduler {
     /// goes before it ([`Scheduler::waits_ahead`]), the lease was not revoked and the client's
     /// limit allows it; the new lease (shared when others run beside it), or `None` when it must
     /// give the token back as usual. A process of a large request thus holds its turns by
-    /// request in one stretch, its queue never drained between them.
+    /// request in one stretch, its queue never drained between them. A probe is never extended,
+    /// nor is the lease of a process due one: its busy time at the end measures its demand.
     pub fn extend(&mut self, session: SessionId, now: Nanos) -> Option<Grant> {
         let i = self.holders.iter().position(|h| h.session == session)?;
-        if self.holders[i].revoked || self.overlapping_by_demand(now) {
+        let h = &self.holders[i];
+        if h.revoked || h.probe || self.demand.probe_due(session) || self.overlapping_by_demand(now)
+        {
             return None;
         }
         self.settle(now);

@@ -817,8 +817,17 @@ fn an_interactive_client_runs_at_once_and_batch_leases_are_revoked() {
     // lately active: batch leases and their extensions keep short queues; long after the
     // interactive client's last lease, queues as usual
     s.acquire(1, 10, 13 * MS);
-    assert!(s.poll(13 * MS).unwrap().tight);
-    assert!(s.extend(10, 14 * MS).unwrap().tight);
+    let g = s.poll(13 * MS).unwrap();
+    assert!(g.tight);
+    assert_eq!(
+        g.lease_ns,
+        5 * MS,
+        "taken back busy beside the interactive lease: a probe"
+    );
+    s.release(10, 5 * MS, 18 * MS);
+    s.acquire(1, 10, 18 * MS);
+    assert!(s.poll(18 * MS).unwrap().tight);
+    assert!(s.extend(10, 19 * MS).unwrap().tight);
     let later = 8 * MS + INTERACTIVE_RECENT;
     assert!(!s.extend(10, later).unwrap().tight);
 }
@@ -982,6 +991,19 @@ fn a_probe_due_ends_the_running_leases_early() {
     );
     assert_eq!(s.poll(t + 7 * MS), None, "nothing beside a probe");
     assert!(s.take_revoked().is_empty(), "nothing more to end");
+    // Its end measures it, even with nobody else waiting. Extended instead, the probe's busy
+    // time was never reported, the lease that followed was no probe, others started beside it,
+    // and b, due a probe again, was probed that way over and over (a pair of 1.6 ms kernels on
+    // an H100 shared the GPU half and half for seconds).
+    s.session_gone(a.session, t + 8 * MS);
+    assert_eq!(
+        s.extend(b.session, t + 12 * MS),
+        None,
+        "a probe is not extended"
+    );
+    s.release(b.session, 5 * MS, t + 12 * MS);
+    s.acquire(b.client, b.session, t + 12 * MS);
+    assert!(!s.demand.probe_due(b.session), "measured alone");
 }
 
 /// An inference-like process (a short lease of work every 5 ms) among saturating processes of
