@@ -18,6 +18,13 @@ use crate::fork_safe::ForkSafe;
 
 /// Least time between two timed launches.
 pub const TIME_EVERY_NS: u64 = 1_000_000;
+/// A launch call that took longer than this on the host (the driver loading the kernel's module
+/// on its first launch takes milliseconds; a launch, a few microseconds) and more than half the
+/// time measured is not timed: the start event may have completed on an idle stream long before
+/// the kernel was queued. The first estimate of a training loop of 60 us kernels on an H100 was
+/// 3.3-8.3 ms that way, and the loop, taken for one of long kernels, waited at every launch
+/// beside the others' work (its rate fell to a twelfth).
+const SLOW_LAUNCH_NS: u64 = 50_000;
 
 /// A start was recorded before the launch under way: record the end after it.
 static END_DUE: AtomicBool = AtomicBool::new(false);
@@ -31,6 +38,8 @@ struct Timer {
     in_flight: bool,
     /// When the last start was recorded.
     last: u64,
+    /// How long the host took from recording the start to recording the end.
+    host_ns: u64,
 }
 
 // SAFETY: events and streams are plain driver handles, usable from any thread of the process.
@@ -41,6 +50,7 @@ static TIMER: ForkSafe<Timer> = ForkSafe::new(Timer {
     stream: std::ptr::null_mut(),
     in_flight: false,
     last: 0,
+    host_ns: 0,
 });
 
 type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
@@ -103,11 +113,13 @@ fn end(stream: CUstream) {
     let (Some(record), Some((_, end))) = (record_fn(), t.events) else {
         return;
     };
+    t.host_ns = now_ns().saturating_sub(t.last);
     // SAFETY: our event, the stream the start went to.
     t.in_flight = unsafe { record(end, stream) } == CUDA_SUCCESS;
 }
 
-/// The GPU time of the timed launch, once its pair has completed (then only once).
+/// The GPU time of the timed launch, once its pair has completed (then only once); `None` too
+/// for a launch slow on the host ([`SLOW_LAUNCH_NS`]).
 pub fn take() -> Option<u64> {
     let mut t = TIMER.lock();
     if !t.in_flight {
@@ -132,7 +144,16 @@ pub fn take() -> Option<u64> {
     if unsafe { elapsed(&mut ms, start, end) } != CUDA_SUCCESS || !ms.is_finite() || ms < 0.0 {
         return None;
     }
-    Some((ms as f64 * 1e6) as u64)
+    conclusive((ms as f64 * 1e6) as u64, t.host_ns)
+}
+
+/// A timing of `gpu_ns` whose launch took `host_ns` on the host, unless the launch was slow.
+fn conclusive(gpu_ns: u64, host_ns: u64) -> Option<u64> {
+    if host_ns > SLOW_LAUNCH_NS && host_ns.saturating_mul(2) > gpu_ns {
+        crate::stats::SLOW_LAUNCHES.add(1);
+        return None;
+    }
+    Some(gpu_ns)
 }
 
 fn create_pair() -> Option<(CUevent, CUevent)> {
@@ -175,6 +196,24 @@ pub fn after_fork_in_child() {
             stream: std::ptr::null_mut(),
             in_flight: false,
             last: 0,
+            host_ns: 0,
         })
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_slow_on_the_host_is_not_timed() {
+        assert_eq!(conclusive(60_000, 5_000), Some(60_000));
+        assert_eq!(conclusive(3_060_000, 3_000_000), None, "a module loaded");
+        assert_eq!(
+            conclusive(20_000_000, 3_000_000),
+            Some(20_000_000),
+            "longer than the launch call by far"
+        );
+        assert_eq!(conclusive(5_000, 8_000), Some(5_000), "a launch as usual");
+    }
 }

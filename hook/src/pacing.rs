@@ -417,8 +417,8 @@ pub fn configure(budget_ns: u64, interactive: bool) {
 /// On a relaxed lease, a process taken for one with long kernels has some of its launches timed
 /// ([`kernel_timer`]): the pair starts right before the launch, after any wait here.
 ///
-/// Until the process knows its GPU time per launch, every launch checks, and one launch is timed
-/// on its own: what it took becomes the first estimate.
+/// Until the process knows its GPU time per launch, every launch checks, and launches are timed
+/// on their own: the first whose launch call was not slow on the host gives the first estimate.
 pub fn check(stream: CUstream, wait_limit_ns: u64) -> u64 {
     let next = check_queue(wait_limit_ns);
     let per_launch = PACER.lock().per_launch_ns;

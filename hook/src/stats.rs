@@ -52,6 +52,8 @@ pub static SAMPLE_MARKERS: Counter = Counter::new();
 /// launch learnt.
 pub static TIMED: Counter = Counter::new();
 pub static LOWERED: Counter = Counter::new();
+/// Timed launches left out: the launch call itself was slow (a module loaded).
+pub static SLOW_LAUNCHES: Counter = Counter::new();
 /// Markers whose completion was seen too late to learn the GPU time per launch from.
 pub static UNSURE: Counter = Counter::new();
 /// The GPU time per launch learnt last, and the longest (nanoseconds).
@@ -72,8 +74,8 @@ pub fn line() -> String {
     format!(
         "stats: {} grants, {} extensions, {:.1} ms renewing, {} given back by the lease thread; \
          {} queue checks, {} waits ({:.1} ms), {} markers dropped (ring full); {} samples, \
-         {} sampling markers; {} launches timed, {} lowered the time per launch learnt, {} seen done \
-         too late to learn from, now {} us (at most {} us)",
+         {} sampling markers; {} launches timed ({} slow on the host), {} lowered the time per \
+         launch learnt, {} seen done too late to learn from, now {} us (at most {} us)",
         GRANTS.get(),
         EXTENSIONS.get(),
         ms(&RENEW_NS),
@@ -85,6 +87,7 @@ pub fn line() -> String {
         SAMPLES.get(),
         SAMPLE_MARKERS.get(),
         TIMED.get(),
+        SLOW_LAUNCHES.get(),
         LOWERED.get(),
         UNSURE.get(),
         PER_LAUNCH_NS.get() / 1000,
