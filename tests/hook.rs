@@ -1757,13 +1757,10 @@ fn launch_bound_processes_hold_leases_together() {
 /// and lower it. Markers cannot: beside the other process they wait for its queued work too.
 /// Taken for a process with long kernels, it was held at two launches queued behind the other's
 /// work and made a small fraction of the launches it makes alone (the straggler among eight
-/// launch-bound PyTorch jobs on the GPU had learnt 3.4 ms).
-#[test]
-fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
-    let Some(_serial) = prepare() else {
-        return;
-    };
-    let d = overlapping_daemon("").start();
+/// launch-bound PyTorch jobs on the GPU had learnt 3.4 ms). With `clients`, `(client of the
+/// short kernels, client of the saturating process)` and their config.
+fn short_kernels_after_long_ones_beside_a_saturating_process(clients: (&str, &str), config: &str) {
+    let d = overlapping_daemon(config).start();
     let a = "run:50:5000000:1:0 sleep:150 run:1500:50000:0:200";
     let short_kernels = |out: &str| -> u64 {
         let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("run ")).collect();
@@ -1773,12 +1770,12 @@ fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
         "short kernels after long ones, beside a saturating process",
         || {
             let (_dir, log, gpu) = shared_gpu_files();
-            let solo = short_kernels(&on_shared_gpu(&d, &log, &gpu, &[("", a)])[0].1);
+            let solo = short_kernels(&on_shared_gpu(&d, &log, &gpu, &[(clients.0, a)])[0].1);
             let both = on_shared_gpu(
                 &d,
                 &log,
                 &gpu,
-                &[("", a), ("", "sleep:60 run:1800:2000000:1:0")],
+                &[(clients.0, a), (clients.1, "sleep:60 run:1800:2000000:1:0")],
             );
             let beside = short_kernels(&both[0].1);
             eprintln!("short kernels alone {solo}, beside the saturating process {beside}");
@@ -1789,6 +1786,29 @@ fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
             }
             Ok(())
         },
+    );
+}
+
+/// [`short_kernels_after_long_ones_beside_a_saturating_process`], processes of one client:
+/// their leases run together and are extended.
+#[test]
+fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    short_kernels_after_long_ones_beside_a_saturating_process(("", ""), "");
+}
+
+/// The same, the short kernels of a light client (request 0.25) beside a saturating one of
+/// request 0.75: its leases run beside the other's without being extended.
+#[test]
+fn a_time_per_launch_learnt_too_long_is_lowered_beside_a_heavier_client() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    short_kernels_after_long_ones_beside_a_saturating_process(
+        ("small", "big"),
+        "[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n",
     );
 }
 
