@@ -34,7 +34,8 @@
 #   MIX_CELLS   HEAVY+LIGHT pairs [none], e.g. 1600us:0+50us:1:500; about 70 s each
 #   TRANSFORMER transformer phases besides the solo one, of "gpushare timeslice" [both]; about
 #               100 s together; gpushare_alt: as gpushare, with the gpushared and libgpushare.so
-#               of $ALT_TARGET (two builds side by side)
+#               of $ALT_TARGET (two builds side by side); gpushare_alone: client a's loop alone
+#               under gpushared (due share 1: what the hook costs a lone training loop)
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
@@ -191,7 +192,7 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
   collect "$phase" "${files[@]}"
   progress "$phase"
 }
-transformer_phase() { # solo|gpushare|gpushare_alt|timeslice
+transformer_phase() { # solo|gpushare|gpushare_alt|gpushare_alone|timeslice
   local phase=transformer.$1 pids=() files=() n r u c until clients hook=$uhook target=$target
   log "== $phase"
   if [[ $1 == solo ]]; then
@@ -202,6 +203,7 @@ transformer_phase() { # solo|gpushare|gpushare_alt|timeslice
   else
     fits $((tf_startup + span + 20)) "$phase" || return
     clients=("a:0.75:$u1" "b:0.25:$u2")
+    if [[ $1 == gpushare_alone ]]; then clients=("a:0.75:$u1"); fi
     if [[ $1 == gpushare_alt ]]; then use_alt "$phase" || return; fi
     if [[ $1 == gpushare* ]]; then
       start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
@@ -276,7 +278,7 @@ if [[ -n ${transformer// /} ]]; then
   transformer_phase solo
   for t in $transformer; do
     case $t in
-      gpushare | gpushare_alt | timeslice) transformer_phase "$t" ;;
+      gpushare | gpushare_alt | gpushare_alone | timeslice) transformer_phase "$t" ;;
       *) log "no transformer phase $t" ;;
     esac
   done
