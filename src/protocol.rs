@@ -56,6 +56,9 @@ pub const GRANT_SHARED: u32 = 1;
 /// a short queue (a quarter of its queue budget, and beside others too), so that the interactive
 /// client's next request waits little behind its work.
 pub const GRANT_TIGHT: u32 = 2;
+/// [`Reply::Grant`] flag: other processes wait for the token. An extension (granted while the
+/// process would get the next lease anyway) no longer means that nobody waits.
+pub const GRANT_CONTENDED: u32 = 4;
 /// [`Reply::Status`] flag: more of the document follows in the next frame.
 pub const STATUS_MORE: u32 = 1;
 /// Most bytes of the status document one [`Reply::Status`] frame carries.
@@ -184,7 +187,8 @@ pub enum Reply {
         sched_flags: u32,
     },
     /// The token (of the device last asked for) is this process's for `lease_ns` nanoseconds from
-    /// now; `flags`: [`GRANT_SHARED`], [`GRANT_TIGHT`]. The session's nth grant (an extension's
+    /// now; `flags`: [`GRANT_SHARED`], [`GRANT_TIGHT`], [`GRANT_CONTENDED`]. The session's nth
+    /// grant (an extension's
     /// too) starts lease number n.
     Grant { lease_ns: u64, flags: u32 },
     /// The reservation was counted; `used` is the client's total on the device afterwards.

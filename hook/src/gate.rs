@@ -165,10 +165,10 @@ fn renew_lease(stream: Stream) {
     if lease.holding && !switching && !other_waits && REVOKED_AT.load(Acquire) == 0 {
         // No other process goes first: carry on without draining the queue, which would leave
         // the GPU idle until the queue fills again.
-        if let Some(lease_ns) = session::extend(lease.device.id) {
+        if let Some((lease_ns, contended)) = session::extend(lease.device.id) {
             stats::EXTENSIONS.add(1);
             lease.grant(now_ns(), lease_ns);
-            residency::alone();
+            residency::extended(contended);
             publish(&lease, lease_ns);
             wake_watcher();
             return;

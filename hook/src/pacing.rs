@@ -235,9 +235,10 @@ impl Pacer {
     /// launched once the one before was seen done and waited for to the poll, so the time from
     /// the marker's record to its completion is that launch's alone, whatever its size. A
     /// process never queues two launches then, and learns nothing from stretches of unbroken
-    /// work: a time per launch taken far too long (a first launch timed with the driver's module
-    /// loading in it, 2.9 ms for a training loop of 60 us kernels on an H100) held it to one
-    /// launch at a time for good, and it ran at half its rate in its leases.
+    /// work: one whose kernels became shorter, or whose time per launch was taken far too long
+    /// (2.9 ms for a training loop of 60 us kernels on an H100, from a first launch timed with
+    /// the driver's module loading in it), was held to one launch at a time for good, and ran at
+    /// half its rate in its leases.
     fn time_one_launch(&mut self, m: &Marker, done_at: u64, slop: u64) {
         let budget = lease_budget(BUDGET_NS.load(Relaxed), TIGHT.load(Relaxed));
         let Some((before_done_at, before_launches)) = self.last_done else {

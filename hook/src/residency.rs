@@ -116,9 +116,10 @@ pub fn freed(addr: CUdeviceptr) {
     }
 }
 
-/// The lease was extended: nobody waits.
-pub fn alone() {
-    CONTENDED.store(false, Relaxed);
+/// The lease was extended; `contended`: others wait for the token all the same (it is still
+/// ahead of them).
+pub fn extended(contended: bool) {
+    CONTENDED.store(contended, Relaxed);
 }
 
 /// The lease ends with others waiting, its work done: move this process's managed memory to the

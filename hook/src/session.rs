@@ -515,11 +515,15 @@ pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
     )
 }
 
-/// Asks to keep the token for another lease without draining first; the lease length when
-/// no waiting process goes before this one, `None` otherwise (or when unmanaged).
-pub fn extend(device: DeviceId) -> Option<u64> {
+/// Asks to keep the token for another lease without draining first; when no waiting process
+/// goes before this one, the lease length and whether others wait; `None` otherwise (or when
+/// unmanaged).
+pub fn extend(device: DeviceId) -> Option<(u64, bool)> {
     with_link(|l| match l.call(&Request::Extend { device })? {
-        Reply::Grant { lease_ns, flags } => Ok(Some(granted(lease_ns, flags, true))),
+        Reply::Grant { lease_ns, flags } => Ok(Some((
+            granted(lease_ns, flags, true),
+            flags & proto::protocol::GRANT_CONTENDED != 0,
+        ))),
         Reply::NotExtended => Ok(None),
         r => Err(unexpected(r)),
     })

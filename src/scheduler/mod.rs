@@ -94,6 +94,8 @@ pub struct Grant {
     /// its holder keeps a short queue, so that the interactive client's next request waits
     /// little behind its work.
     pub tight: bool,
+    /// Other processes wait for the token: an extension no longer means that nobody does.
+    pub contended: bool,
 }
 
 #[derive(Debug)]
@@ -118,9 +120,13 @@ impl Client {
     fn weight(&self) -> f64 {
         request_weight(self.shares.request) * self.fair_factor
     }
-    fn refill(&mut self, now: Nanos, burst: f64) {
+    /// Its credit at `now`, refilled up to `burst`.
+    fn credit_now(&self, now: Nanos, burst: f64) -> f64 {
         let dt = now.saturating_sub(self.credit_at) as f64;
-        self.credit = (self.credit + dt * self.shares.limit).min(burst);
+        (self.credit + dt * self.shares.limit).min(burst)
+    }
+    fn refill(&mut self, now: Nanos, burst: f64) {
+        self.credit = self.credit_now(now, burst);
         self.credit_at = now.max(self.credit_at);
     }
     fn charge(&mut self, ns: Nanos, now: Nanos) {
@@ -473,12 +479,21 @@ impl Scheduler {
             lease_ns: quantum,
             shared: self.demand_gated && !alone,
             tight: self.tight_for(client, now),
+            contended: self.others_wait(session),
         })
     }
 
+    /// Whether a process other than `session` waits for the token.
+    fn others_wait(&self, session: SessionId) -> bool {
+        self.clients
+            .values()
+            .any(|c| c.waiting.iter().any(|&s| s != session))
+    }
+
     /// Whether a waiting process would get the next lease before the holder of `holders[i]`
-    /// were it to ask again now, its lease charged: an interactive client's, a process due a
-    /// probe, another process of its own client (they take turns), or one of a client with
+    /// were it to ask again now, its lease charged: an interactive client's, the one whose probe
+    /// the running leases were ended for, another process of its own client (they take turns),
+    /// or one of a client with
     /// credit whose virtual time is below the holder's after the charge (on a tie, the client
     /// first in [`Scheduler::poll`]'s line). Call after [`Scheduler::settle`].
     fn waits_ahead(&self, i: usize, now: Nanos) -> bool {
@@ -495,10 +510,8 @@ impl Scheduler {
             if c.waiting.is_empty() {
                 return false;
             }
-            let dt = now.saturating_sub(c.credit_at) as f64;
-            let credit = (c.credit + dt * c.shares.limit).min(burst);
             let before = c.vtime < vtime_after || (c.vtime == vtime_after && id < h.client);
-            id == h.client || c.shares.interactive || (credit > 0.0 && before)
+            id == h.client || c.shares.interactive || (c.credit_now(now, burst) > 0.0 && before)
         })
     }
 
@@ -717,6 +730,7 @@ impl Scheduler {
             lease_ns,
             shared,
             tight,
+            contended: self.others_wait(session),
         })
     }
 
@@ -726,8 +740,7 @@ impl Scheduler {
         let mut earliest: Option<Nanos> = self.holders.iter().map(|h| h.end + self.grace).min();
         for c in self.clients.values().filter(|c| !c.waiting.is_empty()) {
             // a client out of credit can go again once it has some
-            let dt = now.saturating_sub(c.credit_at) as f64;
-            let credit = (c.credit + dt * c.shares.limit).min(self.burst());
+            let credit = c.credit_now(now, self.burst());
             if credit <= 0.0 {
                 let at = now + ((-credit / c.shares.limit).ceil() as Nanos).max(1);
                 earliest = Some(earliest.map_or(at, |e| e.min(at)));

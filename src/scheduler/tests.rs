@@ -184,7 +184,8 @@ fn a_holder_extends_only_while_nobody_waiting_goes_before_it() {
     s.acquire(2, 20, 40 * MS);
     assert_eq!(s.poll(40 * MS).unwrap().session, 10);
     // virtual times: client 1 at 20 ms / 0.75, client 2 at 20 ms / 0.25
-    assert!(s.extend(10, 60 * MS).is_some(), "ahead of client 2");
+    let e = s.extend(10, 60 * MS).expect("ahead of client 2");
+    assert!(e.contended, "client 2 waits all the same");
     assert!(s.extend(10, 80 * MS).is_some(), "even: first in line");
     assert!(s.extend(10, 100 * MS).is_none(), "client 2's turn");
     s.release(10, 60 * MS, 100 * MS);
@@ -198,7 +199,7 @@ fn a_holder_extends_only_while_nobody_waiting_goes_before_it() {
         "its own client's other process"
     );
     s.session_gone(11, 140 * MS);
-    assert!(s.extend(10, 140 * MS).is_some(), "nobody waits");
+    assert!(!s.extend(10, 140 * MS).expect("nobody waits").contended);
     s.acquire(3, 30, 150 * MS);
     assert!(s.extend(10, 160 * MS).is_none(), "an interactive client");
 }

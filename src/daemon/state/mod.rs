@@ -27,8 +27,8 @@ use crate::config::{
 };
 use crate::gpu::AttachedProcess;
 use crate::protocol::{
-    DeviceId, ErrorCode, Reply, GRANT_SHARED, GRANT_TIGHT, MAX_DEVICES, MEMORY_OVERSUBSCRIBE,
-    MEMORY_RELEASE_CACHE, NO_CAP, SCHED_INTERACTIVE,
+    DeviceId, ErrorCode, Reply, GRANT_CONTENDED, GRANT_SHARED, GRANT_TIGHT, MAX_DEVICES,
+    MEMORY_OVERSUBSCRIBE, MEMORY_RELEASE_CACHE, NO_CAP, SCHED_INTERACTIVE,
 };
 use crate::scheduler::{ClientId, Grant, Nanos, Schedulers, SessionId, Shares};
 use std::collections::{BTreeMap, BTreeSet};
@@ -550,6 +550,9 @@ fn grant_flags(g: &Grant) -> u32 {
     }
     if g.tight {
         flags |= GRANT_TIGHT;
+    }
+    if g.contended {
+        flags |= GRANT_CONTENDED;
     }
     flags
 }
