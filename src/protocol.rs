@@ -144,9 +144,8 @@ pub enum Request {
     Renew { device: DeviceId, busy_ns: u64 },
     /// At the end of a lease on `device`, keep the token for another lease without first
     /// waiting for the work queued in this one, if the client would get the next lease anyway
-    /// (no waiting process goes before it). Answered by
-    /// [`Reply::Grant`] or [`Reply::NotExtended`] (then the client drains its work and sends
-    /// `Renew`).
+    /// (no waiting process goes before it). Answered by [`Reply::Grant`] or
+    /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`).
     Extend { device: DeviceId },
     /// First and only request on a second connection of an attached process: the daemon sends
     /// [`Reply::Revoke`] and [`Reply::Joined`] on it. `session` is the id
@@ -188,8 +187,7 @@ pub enum Reply {
     },
     /// The token (of the device last asked for) is this process's for `lease_ns` nanoseconds from
     /// now; `flags`: [`GRANT_SHARED`], [`GRANT_TIGHT`], [`GRANT_CONTENDED`]. The session's nth
-    /// grant (an extension's
-    /// too) starts lease number n.
+    /// grant (an extension's too) starts lease number n.
     Grant { lease_ns: u64, flags: u32 },
     /// The reservation was counted; `used` is the client's total on the device afterwards.
     Reserved { used: u64 },

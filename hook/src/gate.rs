@@ -3,9 +3,10 @@
 //! Fast path (every launch): one clock read and a compare against an atomic time, the earlier of
 //! the lease's end and the next queue check ([`pacing`]). When the lease has run out (or was
 //! revoked for an interactive client), one thread (under the gate lock) first asks to extend it,
-//! which the daemon grants when this process would get the next lease anyway; otherwise it waits for the work launched
-//! during the lease, reports how busy it kept the GPU, and blocks until the next grant. The
-//! other launching threads of the process wait on the lock, since they share the token.
+//! which the daemon grants when this process would get the next lease anyway; otherwise it waits
+//! for the work launched during the lease, reports how busy it kept the GPU, and blocks until the
+//! next grant. The other launching threads of the process wait on the lock, since they share the
+//! token.
 //!
 //! The lease thread samples the GPU queue while a lease runs and gives the lease back when the
 //! process stops using it: after its end, at once when it was revoked, and for an interactive

@@ -207,11 +207,12 @@ impl Pacer {
             launches: m.launches,
             slop,
         };
+        let shared = SHARED.load(Relaxed);
         let a = match self.anchor {
-            Some(a) if unbroken && !SHARED.load(Relaxed) => a,
+            Some(a) if unbroken && !shared => a,
             _ => {
                 self.anchor = Some(here);
-                if !SHARED.load(Relaxed) {
+                if !shared {
                     self.time_one_launch(m, done_at, slop);
                 }
                 return;
@@ -422,8 +423,7 @@ pub fn configure(budget_ns: u64, interactive: bool) {
 /// Until the process knows its GPU time per launch, every launch checks, and launches are timed
 /// on their own: the first whose launch call was not slow on the host gives the first estimate.
 pub fn check(stream: CUstream, wait_limit_ns: u64) -> u64 {
-    let next = check_queue(wait_limit_ns);
-    let per_launch = PACER.lock().per_launch_ns;
+    let (next, per_launch) = check_queue(wait_limit_ns);
     if per_launch == 0 || (lowered_by_timing() && per_launch >= CHECK_EVERY_NS) {
         kernel_timer::before_launch(stream);
     }
@@ -452,10 +452,11 @@ fn lower(old: u64, timed: u64) -> u64 {
 
 /// [`check`]'s wait. The pacer's lock is not held while waiting: the lease thread samples the
 /// queue meanwhile (a launching thread that waited under the lock would starve it of samples,
-/// and the lease would be reported idle).
-fn check_queue(wait_limit_ns: u64) -> u64 {
+/// and the lease would be reported idle). Returns how long until the next check, and the GPU
+/// time per launch then (read under the lock the check holds, not in a second one).
+fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
     let Some(query) = query_fn() else {
-        return u64::MAX;
+        return (u64::MAX, PACER.lock().per_launch_ns);
     };
     let tight = TIGHT.load(Relaxed);
     let budget = lease_budget(BUDGET_NS.load(Relaxed), tight);
@@ -484,11 +485,12 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
                     // synchronizes launched hundreds of them between its first two checks (with
                     // the fake driver, whose launches take a microsecond), and the others waited
                     // seconds behind that queue.
-                    return if p.checks_each_launch() {
+                    let next = if p.checks_each_launch() {
                         0
                     } else {
                         check_every()
                     };
+                    return (next, p.per_launch_ns);
                 }
                 first = false;
             }
@@ -502,7 +504,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
                 0
             };
             if p.len < p.allowed(budget) {
-                return next_check;
+                return (next_check, p.per_launch_ns);
             }
             let limit = if STALLED.load(Relaxed) {
                 STALLED_WAIT_NS.max(p.per_launch_ns)
@@ -516,10 +518,11 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
                 && (p.len as u64).saturating_mul(p.per_launch_ns) >= budget.saturating_mul(4);
             // Kernels not known yet are not taken for short ones beside others either.
             let short = !long && p.per_launch_ns != 0 && p.len < RING - 1;
+            let per_launch = p.per_launch_ns;
             match p.front() {
-                Some(_) if shared && short && !tight => return next_check,
+                Some(_) if shared && short && !tight => return (next_check, per_launch),
                 Some(m) => (m.event, limit),
-                None => return next_check,
+                None => return (next_check, per_launch),
             }
         };
         // SAFETY: an event of ours (markers' events are reused, never destroyed, once recorded).
@@ -548,7 +551,7 @@ fn check_queue(wait_limit_ns: u64) -> u64 {
         if !done {
             // Held up by something else: short waits until some of this queue completes.
             STALLED.store(true, Relaxed);
-            return 0;
+            return (0, PACER.lock().per_launch_ns);
         }
     }
 }
