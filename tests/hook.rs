@@ -329,6 +329,15 @@ fn overlaps(k: &[(u32, u64, u64, String)]) -> usize {
     n
 }
 
+/// K of a client's `run K kernels` line.
+fn run_count(run_line: &str) -> u64 {
+    run_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no kernel count in {run_line:?}"))
+}
+
 fn line<'s>(stdout: &'s str, prefix: &str) -> &'s str {
     stdout
         .lines()
@@ -1727,14 +1736,7 @@ fn launch_bound_processes_hold_leases_together() {
     let d = overlapping_daemon("").start();
     let (_dir, log, gpu) = shared_gpu_files();
     let op = "run:1500:50000:1:2000";
-    let count = |out: &str| -> u64 {
-        line(out, "run ")
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let count = |out: &str| run_count(line(out, "run "));
     measured("four launch-bound processes", || {
         let solo = count(&on_shared_gpu(&d, &log, &gpu, &[("", op)])[0].1);
         let four = on_shared_gpu(&d, &log, &gpu, &[("", op), ("", op), ("", op), ("", op)]);
@@ -1764,7 +1766,7 @@ fn short_kernels_after_long_ones_beside_a_saturating_process(clients: (&str, &st
     let a = "run:50:5000000:1:0 sleep:150 run:1500:50000:0:200";
     let short_kernels = |out: &str| -> u64 {
         let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("run ")).collect();
-        runs[1].split_whitespace().nth(1).unwrap().parse().unwrap()
+        run_count(runs[1])
     };
     measured(
         "short kernels after long ones, beside a saturating process",
@@ -1822,24 +1824,8 @@ fn kernels_seen_done_after_a_pause_do_not_teach_a_long_time_per_launch() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let d = overlapping_daemon("").start();
     measured("50 us kernels, each followed by 3 ms on the host", || {
-        let (_dir, log, gpu) = shared_gpu_files();
-        let out = Run::new(Via::Dlsym)
-            .daemon(&d)
-            .log(&log)
-            .env("FAKE_CUDA_GPU", &gpu.display().to_string())
-            .env("GPUSHARE_STATS", "1")
-            .output(&["run:400:50000:1:3000"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{err}");
-        let most: u64 = err
-            .rsplit("(at most ")
-            .next()
-            .and_then(|t| t.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no stats line: {err}"));
-        eprintln!("time per launch learnt: at most {most} us");
+        let (_, most, _) = time_per_launch_learnt(&["run:400:50000:1:3000"], &[]);
         // learnt only from completions seen within half the time they took: at most twice 50 us
         if most > 200 {
             return Err(format!("learnt up to {most} us per 50 us kernel"));
@@ -2206,11 +2192,7 @@ fn a_stalled_queue_still_bounds_the_launches() {
         .env("FAKE_CUDA_GPU", &gpu)
         .ok(&["run:600:1000000:0:0"]);
     assert!(unmanaged.wait().unwrap().success());
-    let launched: u64 = line(&out, "run ")
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("run's kernel count");
+    let launched = run_count(line(&out, "run "));
     eprintln!("600 ms of launching behind a 1.5 s kernel: {launched} kernels of 1 ms");
     assert!(
         launched <= 1_000,
