@@ -1760,8 +1760,13 @@ fn launch_bound_processes_hold_leases_together() {
 /// Taken for a process with long kernels, it was held at two launches queued behind the other's
 /// work and made a small fraction of the launches it makes alone (the straggler among eight
 /// launch-bound PyTorch jobs on the GPU had learnt 3.4 ms). With `clients`, `(client of the
-/// short kernels, client of the saturating process)` and their config.
-fn short_kernels_after_long_ones_beside_a_saturating_process(clients: (&str, &str), config: &str) {
+/// short kernels, client of the saturating process)` and their config; beside it the short
+/// kernels must make at least `least` of what they make alone.
+fn short_kernels_after_long_ones_beside_a_saturating_process(
+    clients: (&str, &str),
+    config: &str,
+    least: f64,
+) {
     let d = overlapping_daemon(config).start();
     let a = "run:50:5000000:1:0 sleep:150 run:1500:50000:0:200";
     let short_kernels = |out: &str| -> u64 {
@@ -1781,7 +1786,7 @@ fn short_kernels_after_long_ones_beside_a_saturating_process(clients: (&str, &st
             );
             let beside = short_kernels(&both[0].1);
             eprintln!("short kernels alone {solo}, beside the saturating process {beside}");
-            if (beside as f64) < 0.6 * solo as f64 {
+            if (beside as f64) < least * solo as f64 {
                 return Err(format!(
                     "{beside} short kernels beside the saturating process, {solo} alone: held back"
                 ));
@@ -1798,11 +1803,14 @@ fn a_time_per_launch_learnt_too_long_is_lowered_beside_others() {
     let Some(_serial) = prepare() else {
         return;
     };
-    short_kernels_after_long_ones_beside_a_saturating_process(("", ""), "");
+    short_kernels_after_long_ones_beside_a_saturating_process(("", ""), "", 0.6);
 }
 
 /// The same, the short kernels of a light client (request 0.25) beside a saturating one of
-/// request 0.75: its leases run beside the other's without being extended.
+/// request 0.75: its leases run beside the other's without being extended. Processes of unequal
+/// weights overlap only while their demands fit, so the light one also takes turns with the
+/// other part of the time: with the lowering it made 0.25-0.8 of its launches alone (a third of
+/// the attempts below 0.6, two in twenty-two below 0.45), without it 0.27-0.36.
 #[test]
 fn a_time_per_launch_learnt_too_long_is_lowered_beside_a_heavier_client() {
     let Some(_serial) = prepare() else {
@@ -1811,6 +1819,7 @@ fn a_time_per_launch_learnt_too_long_is_lowered_beside_a_heavier_client() {
     short_kernels_after_long_ones_beside_a_saturating_process(
         ("small", "big"),
         "[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n",
+        0.45,
     );
 }
 
