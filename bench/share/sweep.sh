@@ -35,7 +35,8 @@
 #   TRANSFORMER transformer phases besides the solo one, of "gpushare timeslice" [both]; about
 #               100 s together; gpushare_alt: as gpushare, with the gpushared and libgpushare.so
 #               of $ALT_TARGET (two builds side by side); gpushare_alone: client a's loop alone
-#               under gpushared (due share 1: what the hook costs a lone training loop)
+#               under gpushared (due share 1: what the hook costs a lone training loop);
+#               gpushare_alone_alt: the same with $ALT_TARGET's build
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
@@ -192,7 +193,7 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
   collect "$phase" "${files[@]}"
   progress "$phase"
 }
-transformer_phase() { # solo|gpushare|gpushare_alt|gpushare_alone|timeslice
+transformer_phase() { # solo|gpushare|gpushare_alt|gpushare_alone|gpushare_alone_alt|timeslice
   local phase=transformer.$1 pids=() files=() n r u c until clients hook=$uhook target=$target
   log "== $phase"
   if [[ $1 == solo ]]; then
@@ -203,8 +204,8 @@ transformer_phase() { # solo|gpushare|gpushare_alt|gpushare_alone|timeslice
   else
     fits $((tf_startup + span + 20)) "$phase" || return
     clients=("a:0.75:$u1" "b:0.25:$u2")
-    if [[ $1 == gpushare_alone ]]; then clients=("a:0.75:$u1"); fi
-    if [[ $1 == gpushare_alt ]]; then use_alt "$phase" || return; fi
+    if [[ $1 == gpushare_alone* ]]; then clients=("a:0.75:$u1"); fi
+    if [[ $1 == gpushare*_alt ]]; then use_alt "$phase" || return; fi
     if [[ $1 == gpushare* ]]; then
       start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
     fi
@@ -278,7 +279,7 @@ if [[ -n ${transformer// /} ]]; then
   transformer_phase solo
   for t in $transformer; do
     case $t in
-      gpushare | gpushare_alt | gpushare_alone | timeslice) transformer_phase "$t" ;;
+      gpushare | gpushare_alt | gpushare_alone | gpushare_alone_alt | timeslice) transformer_phase "$t" ;;
       *) log "no transformer phase $t" ;;
     esac
   done

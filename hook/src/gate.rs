@@ -96,6 +96,9 @@ fn stop(stream: Stream) {
     let Some(handle) = stream.handle() else {
         return;
     };
+    if pacing::passes() {
+        return; // the next launch looks again
+    }
     if capturing(handle) {
         return; // captured work runs when its graph is launched
     }

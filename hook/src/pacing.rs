@@ -3,11 +3,13 @@
 //! Markers (timing-off events) recorded right after launches tell how far the GPU lags behind
 //! this process's launches. While the newest marker is done, the queue is empty and a marker is
 //! recorded after a launch at most every [`CHECK_EVERY_NS`] (cheap for launch-bound loops); once
-//! a marker is found pending, the process is *backlogged*: every launch checks, a marker follows
-//! each launch, and a launch waits while the work queued would take more than the queue budget
-//! (daemon.queue_ahead) to run, estimated from how fast markers complete. So the end of a lease
-//! drains in about the budget (plus one kernel), whatever the kernel sizes and however rarely the
-//! program synchronizes.
+//! a marker is found pending, the process is *backlogged*: every launch counts the launches
+//! queued since the newest marker seen done, a launch waits while they would take more than the
+//! queue budget (daemon.queue_ahead) to run, estimated from how fast markers complete, and a
+//! marker follows every few launches, about eight per budget ([`Pacer::spacing`]). So the end
+//! of a lease drains in about the budget (plus one kernel), whatever the kernel sizes and however
+//! rarely the program synchronizes, and a launch that neither waits nor is due a marker calls
+//! nothing in the driver ([`passes`]).
 //!
 //! The lease thread samples whether the newest marker is pending; the fraction of samples that
 //! found work pending is the lease's *busy* fraction, reported to the daemon as the process's
@@ -28,6 +30,12 @@ pub const CHECK_EVERY_NS: u64 = 100_000;
 pub const RELAXED_CHECK_EVERY_NS: u64 = 400_000;
 /// Most markers in flight.
 const RING: usize = 32;
+/// Most launches queued, however short the kernels.
+const MOST_QUEUED: u64 = 256;
+/// Markers per queue budget while backlogged: how finely the queue is seen to drain.
+const MARKERS_PER_BUDGET: u64 = 8;
+/// Most launches from one marker to the next while backlogged.
+const MOST_SPACING: u64 = 8;
 
 /// Record a marker after the launch under way (set at a check, taken after the launch).
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);
@@ -125,6 +133,9 @@ struct Pacer {
     last_mark: u64,
     /// When work of this process was last seen pending (at a check or a sample).
     last_pending: u64,
+    /// The last check found markers pending: launches since then pass with a marker after
+    /// every few ([`passes`]).
+    backlogged: bool,
     samples: u32,
     busy_samples: u32,
 }
@@ -153,6 +164,7 @@ impl Pacer {
             last_done: None,
             last_mark: 0,
             last_pending: 0,
+            backlogged: false,
             samples: 0,
             busy_samples: 0,
         }
@@ -310,14 +322,38 @@ impl Pacer {
         self.per_launch_ns == 0 || self.per_launch_ns >= CHECK_EVERY_NS
     }
 
-    /// How many markers may be pending before a launch waits.
-    fn allowed(&self, budget: u64) -> usize {
+    /// How many launches may be queued (since the newest marker seen done) before a launch
+    /// waits.
+    fn allowed(&self, budget: u64) -> u64 {
         if self.per_launch_ns == 0 {
             return 2;
         }
         // at least two in flight (no gap between kernels) unless one alone passes the budget
         let least = if self.per_launch_ns > budget { 1 } else { 2 };
-        ((budget / self.per_launch_ns) as usize).clamp(least, RING - 1)
+        (budget / self.per_launch_ns).clamp(least, MOST_QUEUED)
+    }
+
+    /// Launches from one marker to the next while backlogged: about [`MARKERS_PER_BUDGET`] to
+    /// the budget. A marker after every launch cost a training loop of 30 us kernels (an H100's
+    /// transformer with AdamW) a record and a query on each launch, and the ring of markers held
+    /// its queue to 31 launches, under a millisecond: in its leases it made about 0.9 of its
+    /// solo progress.
+    fn spacing(&self, budget: u64) -> u64 {
+        (self.allowed(budget) / MARKERS_PER_BUDGET).clamp(1, MOST_SPACING)
+    }
+
+    /// Launches since the newest marker seen done (all of them before any was).
+    fn queued(&self, launches: u64) -> u64 {
+        launches.saturating_sub(self.last_done.map_or(0, |(_, at)| at))
+    }
+
+    /// Launches since the newest marker was recorded, pending or done (all of them before any).
+    fn since_newest(&self, launches: u64) -> u64 {
+        let newest = match self.newest() {
+            Some(m) => m.launches,
+            None => self.last_done.map_or(0, |(_, at)| at),
+        };
+        launches.saturating_sub(newest)
     }
 }
 
@@ -468,6 +504,7 @@ fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
             let mut p = PACER.lock();
             let pending = p.collect(query);
             if first {
+                p.backlogged = pending > 0;
                 if let Some(timed) = kernel_timer::take() {
                     if p.per_launch_ns == 0 {
                         p.set_per_launch(timed.max(1));
@@ -479,8 +516,8 @@ fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
                         }
                     }
                 }
-                MARK_AFTER.store(true, Relaxed);
                 if pending == 0 {
+                    MARK_AFTER.store(true, Relaxed);
                     // Unknown kernels too: a new process of 13 ms kernels that never
                     // synchronizes launched hundreds of them between its first two checks (with
                     // the fake driver, whose launches take a microsecond), and the others waited
@@ -492,7 +529,6 @@ fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
                     };
                     return (next, p.per_launch_ns);
                 }
-                first = false;
             }
             let shared = SHARED.load(Relaxed);
             // Beside others this process's markers are pending often, for the others' turns too:
@@ -503,7 +539,15 @@ fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
             } else {
                 0
             };
-            if p.len < p.allowed(budget) {
+            let launches = LAUNCHES.load(Relaxed);
+            if first {
+                // checks spaced in time mark each time; else every few launches
+                if next_check != 0 || p.since_newest(launches) + 1 >= p.spacing(budget) {
+                    MARK_AFTER.store(true, Relaxed);
+                }
+                first = false;
+            }
+            if p.queued(launches) < p.allowed(budget) {
                 return (next_check, p.per_launch_ns);
             }
             let limit = if STALLED.load(Relaxed) {
@@ -554,6 +598,28 @@ fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
             return (0, PACER.lock().per_launch_ns);
         }
     }
+}
+
+/// Whether the next launch may go without a check ([`check`]): on a lease of its own (not
+/// beside others), a backlogged process (markers pending at the last look) whose GPU time per
+/// launch is known, with fewer launches queued than the budget allows and the next marker not
+/// yet due. Reads the pacer's state alone, no driver call.
+pub fn passes() -> bool {
+    if SHARED.load(Relaxed) || STALLED.load(Relaxed) || MARK_AFTER.load(Relaxed) {
+        return false;
+    }
+    let budget = lease_budget(BUDGET_NS.load(Relaxed), TIGHT.load(Relaxed));
+    let launches = LAUNCHES.load(Relaxed);
+    let p = PACER.lock();
+    let pass = p.backlogged
+        && p.len > 0
+        && p.per_launch_ns != 0
+        && p.queued(launches) < p.allowed(budget)
+        && p.since_newest(launches) + 1 < p.spacing(budget);
+    if pass {
+        stats::PASSED.add(1);
+    }
+    pass
 }
 
 /// After a launch on `stream`: ends the timing of the launch, if one started before it, and
@@ -638,9 +704,10 @@ const RESAMPLE_NS: u64 = 200_000;
 ///
 /// Launches between two checks on the launch path get no marker, and a program that launches a
 /// few long kernels and then waits for them would look idle once the marker after the first one
-/// completed. So when the newest marker is done and older than [`RESAMPLE_NS`], the lease thread
-/// records one of its own on the stream `stream` gives (the stream launched on last, nameable from
-/// this thread and not capturing, in the lease's context), after whatever was launched since;
+/// completed. So when the newest marker is done and older than [`RESAMPLE_NS`], or a backlogged
+/// process launched since it (its markers follow every few launches), the lease thread records
+/// one of its own on the stream `stream` gives (the stream launched on last, nameable from this
+/// thread and not capturing, in the lease's context), after whatever was launched since;
 /// `stream` is only asked then.
 pub fn sample(stream: impl FnOnce() -> Option<CUstream>) {
     let Some(query) = query_fn() else {
@@ -648,8 +715,13 @@ pub fn sample(stream: impl FnOnce() -> Option<CUstream>) {
     };
     let newest_done = {
         let mut p = PACER.lock();
-        p.collect(query) == 0
-            && now_ns().saturating_sub(p.newest().map_or(0, |m| m.recorded)) >= RESAMPLE_NS
+        // Launches of a backlogged process since its newest marker have none of their own
+        // (a marker follows every few): once that marker is done, they may still be pending.
+        let all_done = p.collect(query) == 0;
+        let unmarked = p.backlogged && p.since_newest(LAUNCHES.load(Relaxed)) > 0;
+        all_done
+            && (unmarked
+                || now_ns().saturating_sub(p.newest().map_or(0, |m| m.recorded)) >= RESAMPLE_NS)
     };
     if newest_done && !relaxed() {
         if let Some(stream) = stream() {
@@ -782,11 +854,16 @@ mod tests {
         p.per_launch_ns = 50_000;
         assert_eq!(
             p.allowed(2_000_000),
-            31,
-            "short kernels: bounded by the ring"
+            40,
+            "short kernels: the budget's worth"
         );
+        assert_eq!(p.spacing(2_000_000), 5, "a marker every five launches");
+        p.per_launch_ns = 1_000;
+        assert_eq!(p.allowed(2_000_000), MOST_QUEUED, "tiny kernels: bounded");
+        assert_eq!(p.spacing(2_000_000), MOST_SPACING);
         p.per_launch_ns = 500_000;
         assert_eq!(p.allowed(2_000_000), 4);
+        assert_eq!(p.spacing(2_000_000), 1, "long kernels: a marker after each");
         p.per_launch_ns = 1_600_000;
         assert_eq!(p.allowed(2_000_000), 2);
         p.per_launch_ns = 20_000_000;

@@ -41,6 +41,9 @@ pub static GIVEN_BACK: Counter = Counter::new();
 /// Queue checks on the launch path, and how many of them waited for the queue to shrink.
 pub static CHECKS: Counter = Counter::new();
 pub static CHECK_WAITS: Counter = Counter::new();
+/// Launches of a backlogged process that went without a check (queue short enough, no marker
+/// due).
+pub static PASSED: Counter = Counter::new();
 /// Nanoseconds launches waited for the queue.
 pub static CHECK_WAIT_NS: Counter = Counter::new();
 /// Markers not recorded because the ring was full.
@@ -73,7 +76,7 @@ pub fn line() -> String {
     let ms = |c: &Counter| c.get() as f64 / 1e6;
     format!(
         "stats: {} grants, {} extensions, {:.1} ms renewing, {} given back by the lease thread; \
-         {} queue checks, {} waits ({:.1} ms), {} markers dropped (ring full); {} samples, \
+         {} queue checks, {} waits ({:.1} ms), {} launches passed unchecked, {} markers dropped (ring full); {} samples, \
          {} sampling markers; {} launches timed ({} slow on the host), {} lowered the time per \
          launch learnt, {} seen done too late to learn from, now {} us (at most {} us)",
         GRANTS.get(),
@@ -83,6 +86,7 @@ pub fn line() -> String {
         CHECKS.get(),
         CHECK_WAITS.get(),
         ms(&CHECK_WAIT_NS),
+        PASSED.get(),
         RING_FULL.get(),
         SAMPLES.get(),
         SAMPLE_MARKERS.get(),
