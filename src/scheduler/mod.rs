@@ -420,7 +420,11 @@ impl Scheduler {
             }
             self.books.entry(h.session).or_default().usage.charged += owed;
         }
-        self.demand.learn(h.session, busy, wall, h.alone, now);
+        if h.probe && h.alone {
+            self.demand.learn_probe(h.session, busy, wall, now);
+        } else {
+            self.demand.learn(h.session, busy, wall, h.alone, now);
+        }
         self.lease_log.ended(h.session, now);
     }
 
