@@ -1873,10 +1873,8 @@ fn stat(stderr: &str, after: &str) -> u64 {
 }
 
 /// A process alone that keeps its queue full (short kernels, never synchronizing) checks its
-/// queue and records a marker every few launches, not at every one: on an H100 a training loop
-/// of 70 us kernels whose host was the bottleneck paid a query and a record at every launch,
-/// and ran alone under gpushare at 0.64 of its rate without it (1.05 with a check every few
-/// launches).
+/// queue and records a marker every few launches, not at every one: a training loop whose host
+/// is its bottleneck pays for each driver call on its launch path.
 #[test]
 fn a_backlogged_process_alone_checks_its_queue_every_few_launches() {
     let Some(_serial) = prepare() else {

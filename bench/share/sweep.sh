@@ -36,7 +36,9 @@
 #               100 s together; gpushare_alt: as gpushare, with the gpushared and libgpushare.so
 #               of $ALT_TARGET (two builds side by side); gpushare_alone: client a's loop alone
 #               under gpushared (due share 1: what the hook costs a lone training loop);
-#               gpushare_alone_alt: the same with $ALT_TARGET's build
+#               gpushare_alone_alt: the same with $ALT_TARGET's build; solo: the solo phase again
+#               (shares are taken against the mean of the solo phases: a host whose speed drifts).
+#               A phase named twice runs twice, the second time as PHASE.2
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
@@ -195,6 +197,10 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
 }
 transformer_phase() { # solo|gpushare|gpushare_alt|gpushare_alone|gpushare_alone_alt|timeslice
   local phase=transformer.$1 pids=() files=() n r u c until clients hook=$uhook target=$target
+  # a shared phase run again is numbered (transformer.gpushare.2); solo phases keep one name, and
+  # their mean is the solo rate
+  tf_runs[$1]=$((${tf_runs[$1]:-0} + 1))
+  [[ $1 != solo && ${tf_runs[$1]} -gt 1 ]] && phase+=.${tf_runs[$1]}
   log "== $phase"
   if [[ $1 == solo ]]; then
     fits $((tf_startup + solo_span + 12)) "$phase" || return
@@ -237,7 +243,7 @@ if ! bench_users "$u1" "$u2" >>"$out"; then
 fi
 bench_copy "$here/kernel_job.py" "$here/transformer_job.py"
 
-declare -A shape=() kus=() solo_done=()
+declare -A shape=() kus=() solo_done=() tf_runs=()
 kernels=$(for c in $cells $quad_cells $alone_cells ${mix_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
 if [[ -n ${kernels// /} ]]; then
   log "== calibration: $kernels"
@@ -279,7 +285,7 @@ if [[ -n ${transformer// /} ]]; then
   transformer_phase solo
   for t in $transformer; do
     case $t in
-      gpushare | gpushare_alt | gpushare_alone | gpushare_alone_alt | timeslice) transformer_phase "$t" ;;
+      solo | gpushare | gpushare_alt | gpushare_alone | gpushare_alone_alt | timeslice) transformer_phase "$t" ;;
       *) log "no transformer phase $t" ;;
     esac
   done

@@ -1,7 +1,7 @@
 """Shares in the kernel-size x sync-interval sweep (sweep.sh): per phase CELL.MODE, each job's rate
-(kernels or steps per second) over its cell's solo rate (CELL.solo: one job alone, no hook), over
-the time all jobs of the phase ran at once, whole and per --window seconds, with the distance of
-each windowed share from the share the job is due (its request over the requests of the jobs
+(kernels or steps per second) over its cell's solo rate (CELL.solo: one job alone, no hook; the
+mean where the solo phase ran more than once), over the time all jobs of the phase ran at once,
+whole and per --window seconds, with the distance of each windowed share from the share the job is due (its request over the requests of the jobs
 running), in points (1 point = 1% of the GPU), and the sum of the shares.
 
 Windows: ceil(span / window) windows of --window seconds spread evenly from the start to the end
@@ -54,10 +54,13 @@ def main():
             by.setdefault(r["phase"], []).append(r)
     for phase, rs in by.items():
         if phase.endswith(".solo"):
+            # a solo phase run more than once (before and after the shared ones): their mean
+            rates = [rate(x["samples"], x["samples"][0][0] + 1.0, x["samples"][-1][0] - 0.5) for x in rs]
             r = rs[0]
-            s = r["samples"]
-            v = rate(s, s[0][0] + 1.0, s[-1][0] - 0.5)
+            v = sum(rates) / len(rates)
             solo = {"rate": v, "unit": r.get("unit"), "user": r.get("user")}
+            if len(rates) > 1:
+                solo["rates"] = rates
             if r.get("unit") == "kernels":
                 solo["us_per_kernel"] = 1e6 / v if v else None
                 solo["kernel_us"] = r.get("kernel_us")
