@@ -97,10 +97,10 @@ impl Demands {
     /// inconclusive and changes nothing (but the first, which replaces the guess). A probe is a
     /// quarter of a lease, and often starts the process's work from an empty queue, after a
     /// synchronize: on an H100 a transformer training loop's probes sampled 0.14-0.79 (about
-    /// half on average), its leases alone 0.6-1.0. Measured light in their start-up, a pair of
-    /// them of unequal weights had probes move their estimates up and down by turns, and
-    /// overlapped (sharing the GPU equally, not by their requests) for eight seconds. A light
-    /// process is still known as light: its samples beside others lower the estimate.
+    /// half on average), its leases alone about 0.5-1.0. Measured light in their start-up, a
+    /// pair of them of unequal weights had probes move their estimates up and down by turns,
+    /// and overlapped (sharing the GPU equally, not by their requests) for eight seconds. A
+    /// light process is still known as light: its samples beside others lower the estimate.
     pub fn learn_probe(&mut self, session: SessionId, busy_ns: Nanos, wall_ns: Nanos, now: Nanos) {
         let Some(d) = self.sessions.get_mut(&session) else {
             return;

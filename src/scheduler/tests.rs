@@ -929,10 +929,10 @@ fn light_processes_keep_overlapping_though_they_look_busy_together() {
 /// Two saturating processes of unequal weights (0.75 / 0.25) whose first leases alone fell in
 /// their start-up (a tenth busy): beside each other they look busy, and probes measure them
 /// alone. A probe often starts a training loop's work from an empty queue and samples it low
-/// (as on an H100: 0.14-0.79 for a loop whose leases alone were 0.6-1.0), here three tenths and
-/// eight tenths by turns. From three seconds after their start-up on they no longer overlap,
-/// and take turns by their requests (when a low probe lowered the estimate, they overlapped
-/// 1.7 s of those 6 s, and the heavier held 0.64 of the time).
+/// (as on an H100: 0.14-0.79 for a loop whose leases alone were about 0.5-1.0), here three
+/// tenths and eight tenths by turns. From three seconds after their start-up on they no longer
+/// overlap, and take turns by their requests (when a low probe lowered the estimate, they
+/// overlapped 1.7 s of those 6 s, and the heavier held 0.64 of the time).
 #[test]
 fn processes_measured_light_in_their_start_up_stop_overlapping_after_their_probes() {
     let mut s = gated(20 * MS);
