@@ -2,7 +2,8 @@
 small bf16 MLP, one at a time with a fixed pause between them, until a deadline.
 
 Prints one JSON line: the client's name, phase, request count and latency percentiles (ms), where a
-request's latency runs from its issue to the end of its synchronize.
+request's latency runs from its issue to the end of its synchronize, and the slowest requests
+(`slowest`: up to 50 of [issue time.time(), ms], to find them in a daemon's trace).
 """
 import argparse, json, time
 import torch
@@ -24,6 +25,7 @@ for _ in range(a.layers):
 model = torch.nn.Sequential(*layers).to("cuda", torch.bfloat16).eval()
 inputs = [torch.randn(b, a.width, device="cuda", dtype=torch.bfloat16) for b in (1, 2, 4, 8)]
 lat = []
+slow = []
 check = 0.0
 with torch.inference_mode():
     for x in inputs * 20:  # warm-up
@@ -33,11 +35,15 @@ with torch.inference_mode():
     while time.time() < a.until:
         x = inputs[i % len(inputs)]
         t0 = time.perf_counter()
+        issued = time.time()
         y = model(x)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         if time.time() >= a.start:
             lat.append(dt * 1e3)
+            slow.append((round(issued, 4), round(dt * 1e3, 3)))
+            if len(slow) > 200:
+                slow = sorted(slow, key=lambda r: -r[1])[:50]
         if i < len(inputs):
             check += float(y.float().sum().item())
         i += 1
@@ -46,4 +52,5 @@ lat.sort()
 pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None
 print(json.dumps({"name": a.name, "phase": a.phase, "requests": len(lat), "p50_ms": pct(0.5),
                   "p90_ms": pct(0.9), "p99_ms": pct(0.99), "max_ms": lat[-1] if lat else None,
-                  "mean_ms": sum(lat) / len(lat) if lat else None, "check": check}), flush=True)
+                  "mean_ms": sum(lat) / len(lat) if lat else None, "check": check,
+                  "slowest": sorted(slow, key=lambda r: -r[1])[:50]}), flush=True)
