@@ -434,12 +434,13 @@ impl Scheduler {
     /// limit allows it; the new lease (shared when others run beside it), or `None` when it must
     /// give the token back as usual. A process of a large request thus holds its turns by
     /// request in one stretch, its queue never drained between them. A probe is never extended,
-    /// nor is the lease of a process due one: its busy time at the end measures its demand.
+    /// nor is the lease of a process whose probe would come now ([`Scheduler::probe_now`]): its
+    /// busy time at the end measures its demand. One due a probe that does not come (every
+    /// process weighs the same: demands decide nothing) is extended as any other.
     pub fn extend(&mut self, session: SessionId, now: Nanos) -> Option<Grant> {
         let i = self.holders.iter().position(|h| h.session == session)?;
         let h = &self.holders[i];
-        if h.revoked || h.probe || self.demand.probe_due(session) || self.overlapping_by_demand(now)
-        {
+        if h.revoked || h.probe || self.probe_now(session, now) || self.overlapping_by_demand(now) {
             return None;
         }
         self.settle(now);
