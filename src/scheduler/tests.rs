@@ -1124,21 +1124,7 @@ fn a_probe_due_ends_the_running_leases_early() {
 /// then: it waits for drained queues and short probes, never for the rest of a 20 ms lease.
 #[test]
 fn a_light_process_waits_little_while_the_others_are_probed() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.4, 1.0), 0);
-    s.set_client(2, shares(0.4, 1.0), 0);
-    s.set_client(3, shares(0.2, 1.0), 0);
-    // busy all along, alone and (waiting for the others' turns) beside them
-    let heavy = [(1, 10, 10, 10), (1, 11, 10, 10), (2, 20, 10, 10)];
-    // its request done: alone the GPU was busy a tenth of it
-    let light = LightProcess {
-        client: 3,
-        session: 30,
-        busy_alone: (1, 10),
-        work: MS,
-        pause: 5 * MS,
-    };
-    let waits = light_process_waits(&mut s, &heavy, &light, 20 * S);
+    let waits = light_beside_unequal_heavy_ones(MS);
     assert!(waits.len() > 1000, "{} requests served", waits.len());
     // a probe of its own or of another: the running leases' queues drained (1 ms here), then
     // a 5 ms probe
@@ -1160,6 +1146,22 @@ fn a_light_process_waits_little_while_the_others_are_probed() {
 /// H100 (one user running two jobs): up to 2.3 s a request.
 #[test]
 fn a_light_process_due_a_probe_still_starts_beside_the_others() {
+    let waits = light_beside_unequal_heavy_ones(15 * MS);
+    assert!(waits.len() > 600, "{} requests served", waits.len());
+    let longest = *waits.last().unwrap();
+    assert!(
+        longest <= 30 * MS,
+        "longest wait {} us, 99th percentile {} us",
+        longest / 1000,
+        waits[waits.len() * 99 / 100] / 1000
+    );
+}
+
+/// [`light_process_waits`] for 20 s of a light process (client 3, request 0.2; a tenth busy
+/// alone, each request taking `work` of its lease, 5 ms apart) beside three saturating ones of
+/// unequal weights (clients 1 and 2 of request 0.4, client 1 with two processes), busy all
+/// along, alone and (waiting for the others' turns) beside them.
+fn light_beside_unequal_heavy_ones(work: Nanos) -> Vec<Nanos> {
     let mut s = gated(20 * MS);
     s.set_client(1, shares(0.4, 1.0), 0);
     s.set_client(2, shares(0.4, 1.0), 0);
@@ -1169,18 +1171,10 @@ fn a_light_process_due_a_probe_still_starts_beside_the_others() {
         client: 3,
         session: 30,
         busy_alone: (1, 10),
-        work: 15 * MS,
+        work,
         pause: 5 * MS,
     };
-    let waits = light_process_waits(&mut s, &heavy, &light, 20 * S);
-    assert!(waits.len() > 600, "{} requests served", waits.len());
-    let longest = *waits.last().unwrap();
-    assert!(
-        longest <= 30 * MS,
-        "longest wait {} us, 99th percentile {} us",
-        longest / 1000,
-        waits[waits.len() * 99 / 100] / 1000
-    );
+    light_process_waits(&mut s, &heavy, &light, 20 * S)
 }
 
 /// A light process of [`light_process_waits`]: each request takes `work` of a lease of its
