@@ -342,18 +342,26 @@ impl Pacer {
         (self.allowed(budget) / MARKERS_PER_BUDGET).clamp(1, MOST_SPACING)
     }
 
-    /// Launches since the newest marker seen done (all of them before any was).
-    fn queued(&self, launches: u64) -> u64 {
-        launches.saturating_sub(self.last_done.map_or(0, |(_, at)| at))
+    /// The launches counted when the newest marker seen done was recorded (0 before any).
+    fn done_launches(&self) -> u64 {
+        self.last_done.map_or(0, |(_, at)| at)
+    }
+
+    /// Whether the next launch fits in the queue: fewer launches queued since the newest marker
+    /// seen done than the budget allows.
+    fn room(&self, launches: u64, budget: u64) -> bool {
+        launches.saturating_sub(self.done_launches()) < self.allowed(budget)
     }
 
     /// Launches since the newest marker was recorded, pending or done (all of them before any).
     fn since_newest(&self, launches: u64) -> u64 {
-        let newest = match self.newest() {
-            Some(m) => m.launches,
-            None => self.last_done.map_or(0, |(_, at)| at),
-        };
+        let newest = self.newest().map_or(self.done_launches(), |m| m.launches);
         launches.saturating_sub(newest)
+    }
+
+    /// Whether a marker follows the next launch of a backlogged process ([`Pacer::spacing`]).
+    fn mark_due(&self, launches: u64, budget: u64) -> bool {
+        self.since_newest(launches) + 1 >= self.spacing(budget)
     }
 }
 
@@ -542,12 +550,12 @@ fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
             let launches = LAUNCHES.load(Relaxed);
             if first {
                 // checks spaced in time mark each time; else every few launches
-                if next_check != 0 || p.since_newest(launches) + 1 >= p.spacing(budget) {
+                if next_check != 0 || p.mark_due(launches, budget) {
                     MARK_AFTER.store(true, Relaxed);
                 }
                 first = false;
             }
-            if p.queued(launches) < p.allowed(budget) {
+            if p.room(launches, budget) {
                 return (next_check, p.per_launch_ns);
             }
             let limit = if STALLED.load(Relaxed) {
@@ -614,8 +622,8 @@ pub fn passes() -> bool {
     let pass = p.backlogged
         && p.len > 0
         && p.per_launch_ns != 0
-        && p.queued(launches) < p.allowed(budget)
-        && p.since_newest(launches) + 1 < p.spacing(budget);
+        && p.room(launches, budget)
+        && !p.mark_due(launches, budget);
     if pass {
         stats::PASSED.add(1);
     }

@@ -54,6 +54,22 @@ struct Demand {
     alone_leases: u32,
 }
 
+impl Demand {
+    /// A lease alone (or a probe) ended at `now` and gave `estimate`.
+    fn measured_alone(&mut self, estimate: f64, now: Nanos) {
+        self.estimate = estimate;
+        self.probe_due = false;
+        self.measured_at = Some(now);
+        self.alone_leases = self.alone_leases.saturating_add(1);
+    }
+}
+
+/// The busy fraction of a lease of `wall_ns` whose work was pending `busy_ns` (`None` for an
+/// empty lease).
+fn sample(busy_ns: Nanos, wall_ns: Nanos) -> Option<f64> {
+    (wall_ns != 0).then(|| busy_ns.min(wall_ns) as f64 / wall_ns as f64)
+}
+
 #[derive(Debug, Default)]
 pub struct Demands {
     sessions: BTreeMap<SessionId, Demand>,
@@ -102,19 +118,16 @@ impl Demands {
     /// and overlapped (sharing the GPU equally, not by their requests) for eight seconds. A
     /// light process is still known as light: its samples beside others lower the estimate.
     pub fn learn_probe(&mut self, session: SessionId, busy_ns: Nanos, wall_ns: Nanos, now: Nanos) {
-        let Some(d) = self.sessions.get_mut(&session) else {
+        let (Some(d), Some(sample)) = (self.sessions.get_mut(&session), sample(busy_ns, wall_ns))
+        else {
             return;
         };
-        if wall_ns == 0 {
-            return;
-        }
-        let sample = busy_ns.min(wall_ns) as f64 / wall_ns as f64;
-        if d.alone_leases == 0 || sample > d.estimate {
-            d.estimate = sample;
-        }
-        d.probe_due = false;
-        d.measured_at = Some(now);
-        d.alone_leases = d.alone_leases.saturating_add(1);
+        let estimate = if d.alone_leases == 0 || sample > d.estimate {
+            sample
+        } else {
+            d.estimate
+        };
+        d.measured_alone(estimate, now);
     }
 
     /// A lease of `session` ended at `now` after `wall_ns`, its work pending for `busy_ns` of it
@@ -127,24 +140,19 @@ impl Demands {
         alone: bool,
         now: Nanos,
     ) {
-        let Some(d) = self.sessions.get_mut(&session) else {
+        let (Some(d), Some(sample)) = (self.sessions.get_mut(&session), sample(busy_ns, wall_ns))
+        else {
             return;
         };
-        if wall_ns == 0 {
-            return;
-        }
-        let sample = busy_ns.min(wall_ns) as f64 / wall_ns as f64;
         if alone {
-            if d.alone_leases == 0 {
-                // the first measurement replaces the guess: a light process (an inference
-                // client) known as light at once can start beside the others
-                d.estimate = sample;
+            // the first measurement replaces the guess: a light process (an inference client)
+            // known as light at once can start beside the others
+            let estimate = if d.alone_leases == 0 {
+                sample
             } else {
-                d.estimate = toward(d.estimate, sample);
-            }
-            d.probe_due = false;
-            d.measured_at = Some(now);
-            d.alone_leases = d.alone_leases.saturating_add(1);
+                toward(d.estimate, sample)
+            };
+            d.measured_alone(estimate, now);
             return;
         }
         if sample < d.estimate {
