@@ -22,11 +22,13 @@ p = argparse.ArgumentParser()
 p.add_argument("name")
 p.add_argument("--kind", required=True, choices=["mlp", "cnn", "dataload", "tiny"])
 p.add_argument("--phase", default="")
+p.add_argument("--cell", default="", help="the cell recorded for share/sweep_analyze.py (default: the kind)")
 p.add_argument("--mode", default="")
 p.add_argument("--user", default="")
 p.add_argument("--until", type=float, required=True, help="absolute time.time() to stop at")
 p.add_argument("--host-ms", type=float, default=4.0)
 p.add_argument("--sample-s", type=float, default=0.05)
+p.add_argument("--request", type=float, help="the client's request, recorded for the analysis")
 a = p.parse_args()
 torch.manual_seed(0)
 dev = "cuda"
@@ -125,6 +127,7 @@ while time.time() < a.until:
             last = now
 torch.cuda.synchronize()
 samples.append((round(time.time(), 5), n))
-print(json.dumps({"name": a.name, "phase": a.phase, "kind": a.kind, "mode": a.mode, "user": a.user,
+print(json.dumps({"name": a.name, "phase": a.phase, "kind": a.kind, "cell": a.cell or a.kind, "mode": a.mode,
+                  "user": a.user, "request": a.request,
                   "uid": os.getuid(), "unit": "steps", "until": a.until, "samples": samples,
                   "loss": float(loss.item()) if loss is not None else None}), flush=True)

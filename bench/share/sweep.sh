@@ -9,17 +9,21 @@
 #   CELL.solo   one job alone, without the hook: the cell's solo rate;
 #   CELL.pair   two jobs at once under a fresh gpushared in its default mode (no MPS; one lease
 #               at a time unless the GPU has room; only the clients configured), client a
-#               (request 0.75, user gsbench1) and b (0.25, gsbench2);
+#               (request 0.75, user gsbench1) and b (0.25, gsbench2); a cell A+B pairs two
+#               different saturating jobs, a running A and b running B, each against its own
+#               solo rate (e.g. 50us:1+20ms:0);
 #   CELL.quad   (QUAD_CELLS) four jobs, clients q1-q4 with requests 0.4/0.3/0.2/0.1, the users
 #               alternating;
 #   CELL.alone  (ALONE_CELLS) one job under gpushared, client a alone: what the hook costs a
 #               lone client (its due share is 1);
+#   CELL.timeslice (TIMESLICE_CELLS) the pair's two jobs without the hook: the driver's
+#               time-slicing, for comparison (no due shares);
 #   HEAVY+LIGHT.mix (MIX_CELLS) a saturating job (client a, 0.5, gsbench1) beside one that leaves
 #               the GPU idle (client b, 0.5, gsbench2), each against its own solo rate. A cell
 #               KERNEL:SYNC:HOST_US sleeps HOST_US after each synchronize (host work).
-# Then (TRANSFORMER) an 8-layer transformer training loop (transformer_job.py): alone
-# (transformer.solo), two under gpushare as a/b above (transformer.gpushare), and two without
-# the hook, the driver's time-slicing (transformer.timeslice).
+# Then (TRANSFORMER) an 8-layer transformer training loop (transformer_job.py), or the loop LOOP
+# names: alone (LOOP.solo), two under gpushare as a/b above (LOOP.gpushare), and two without
+# the hook, the driver's time-slicing (LOOP.timeslice).
 # A job's share is its rate over the solo rate, per WINDOW-second window; sweep_analyze.py gives
 # each job's shares, the worst distance from its due share and the sum of the shares.
 # Users gsbench1 and gsbench2 are created when missing (useradd -M); the work directory, the job
@@ -32,13 +36,19 @@
 #   QUAD_CELLS  four-client cells [1600us:4 50us:1]; about 50 s each
 #   ALONE_CELLS one-client cells [none]; about 45 s each
 #   MIX_CELLS   HEAVY+LIGHT pairs [none], e.g. 1600us:0+50us:1:500; about 70 s each
+#   TIMESLICE_CELLS cells whose pair also runs time-sliced [none]; about 30 s each
 #   TRANSFORMER transformer phases besides the solo one, of "gpushare timeslice" [both]; about
 #               100 s together; gpushare_alt: as gpushare, with the gpushared and libgpushare.so
 #               of $ALT_TARGET (two builds side by side); gpushare_alone: client a's loop alone
 #               under gpushared (due share 1: what the hook costs a lone training loop);
-#               gpushare_alone_alt: the same with $ALT_TARGET's build; solo: the solo phase again
+#               gpushare_alone_alt: the same with $ALT_TARGET's build; hooked: the loop alone
+#               with libgpushare.so loaded but no daemon (it passes everything through: what
+#               interposition alone costs), as long as a solo phase; solo: the solo phase again
 #               (shares are taken against the mean of the solo phases: a host whose speed drifts).
 #               A phase named twice runs twice, the second time as PHASE.2
+#   LOOP        the training loop of those phases [transformer], or a kind of
+#               mixed/lab_job.py: cnn (a small CNN, AdamW, autocast), mlp (launch-bound),
+#               dataload (host work in every step), tiny (tiny kernels, a synchronize each step)
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
@@ -65,7 +75,9 @@ cells=${CELLS-50us:1 50us:4 50us:0 200us:1 200us:4 200us:0 1600us:1 1600us:4 160
 quad_cells=${QUAD_CELLS-1600us:4 50us:1}
 alone_cells=${ALONE_CELLS-}
 mix_cells=${MIX_CELLS-}
+timeslice_cells=${TIMESLICE_CELLS-}
 transformer=${TRANSFORMER-gpushare timeslice}
+loop=${LOOP:-transformer}
 span=${SPAN:-15}
 solo_span=${SOLO_SPAN:-8}
 startup=${STARTUP:-8}
@@ -177,35 +189,57 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
     quad) clients=("q1:0.4:$u1" "q2:0.3:$u2" "q3:0.2:$u1" "q4:0.1:$u2") ;;
     alone) clients=("a:0.75:$u1") ;;
     mix) clients=("a:0.5:$u1" "b:0.5:$u2") ;;
+    timeslice) clients=("a::$u1" "b::$u2") hook="" ;;
   esac
-  start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
+  if [[ -n $hook ]]; then
+    start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
+  fi
   until=$(at $((startup + span)))
   for c in "${clients[@]}"; do
     IFS=: read -r n r u <<<"$c"
     files+=("$work/${phase//:/_}.$n")
-    # a mixed phase: client a runs the heavy cell, b the light one
+    # a cell A+B (mixed, or a pair of different jobs): client a runs A, the others B
     jcell=$cell
-    [[ ${2%_alt} == mix ]] && { [[ $n == a ]] && jcell=${cell%%+*} || jcell=${cell#*+}; }
-    # shellcheck disable=SC2046
-    launch "${files[-1]}" "$u" "$hook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" kernel_job.py "$n" --phase "$phase" --mode gpushare \
-      --request "$r" --user "$u" $(kjob_args "$jcell") --until "$until"
+    [[ $cell == *+* ]] && { [[ $n == a ]] && jcell=${cell%%+*} || jcell=${cell#*+}; }
+    if [[ -n $hook ]]; then
+      # shellcheck disable=SC2046
+      launch "${files[-1]}" "$u" "$hook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" kernel_job.py "$n" --phase "$phase" --mode gpushare \
+        --request "$r" --user "$u" $(kjob_args "$jcell") --until "$until"
+    else
+      # shellcheck disable=SC2046
+      launch "${files[-1]}" "$u" "" kernel_job.py "ts.$n" --phase "$phase" --mode timeslice --user "$u" \
+        $(kjob_args "$jcell") --until "$until"
+    fi
   done
   wait "${pids[@]}"
   gpushared_stop
   collect "$phase" "${files[@]}"
   progress "$phase"
 }
-transformer_phase() { # solo|gpushare|gpushare_alt|gpushare_alone|gpushare_alone_alt|timeslice
-  local phase=transformer.$1 pids=() files=() n r u c until clients hook=$uhook target=$target
-  # a shared phase run again is numbered (transformer.gpushare.2); solo phases keep one name, and
+# loop_job FILE USER ENV NAME ARGS...: the training loop LOOP as one job (launch's arguments)
+loop_job() {
+  local f=$1 u=$2 e=$3 n=$4
+  shift 4
+  if [[ $loop == transformer ]]; then
+    launch "$f" "$u" "$e" transformer_job.py "$n" "$@"
+  else
+    launch "$f" "$u" "$e" lab_job.py "$n" --kind "$loop" --cell "$loop" "$@"
+  fi
+}
+transformer_phase() { # solo|hooked|gpushare|gpushare_alt|gpushare_alone|gpushare_alone_alt|timeslice
+  local phase=$loop.$1 pids=() files=() n r u c e until clients hook=$uhook target=$target
+  # a shared phase run again is numbered (LOOP.gpushare.2); solo phases keep one name, and
   # their mean is the solo rate
   tf_runs[$1]=$((${tf_runs[$1]:-0} + 1))
   [[ $1 != solo && ${tf_runs[$1]} -gt 1 ]] && phase+=.${tf_runs[$1]}
   log "== $phase"
-  if [[ $1 == solo ]]; then
+  if [[ $1 == solo || $1 == hooked ]]; then
     fits $((tf_startup + solo_span + 12)) "$phase" || return
     files=("$work/$phase")
-    launch "${files[0]}" "$u1" "" transformer_job.py solo --phase "$phase" --mode solo --user "$u1" \
+    e=""
+    # the hook loaded, no daemon to attach to: it passes everything through
+    [[ $1 == hooked ]] && e="$hook GPUSHARE_SOCKET=$work/none.sock GPUSHARE_NO_DAEMON=passthrough"
+    loop_job "${files[0]}" "$u1" "$e" "$1" --phase "$phase" --mode "$1" --user "$u1" \
       --until "$(at $((tf_startup + solo_span)))"
   else
     fits $((tf_startup + span + 20)) "$phase" || return
@@ -220,10 +254,10 @@ transformer_phase() { # solo|gpushare|gpushare_alt|gpushare_alone|gpushare_alone
       IFS=: read -r n r u <<<"$c"
       files+=("$work/$phase.$n")
       if [[ $1 == gpushare* ]]; then
-        launch "${files[-1]}" "$u" "$hook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" transformer_job.py "$n" --phase "$phase" \
+        loop_job "${files[-1]}" "$u" "$hook GPUSHARE_CLIENT=$n GPUSHARE_STATS=1" "$n" --phase "$phase" \
           --mode "$1" --request "$r" --user "$u" --until "$until"
       else
-        launch "${files[-1]}" "$u" "" transformer_job.py "ts.$n" --phase "$phase" --mode timeslice --user "$u" \
+        loop_job "${files[-1]}" "$u" "" "ts.$n" --phase "$phase" --mode timeslice --user "$u" \
           --until "$until"
       fi
     done
@@ -241,10 +275,10 @@ if ! bench_users "$u1" "$u2" >>"$out"; then
   json_line note="two users unavailable: every job runs as $u1, clients a/b both allow $u1" >>"$out"
   log "users gsbench1/gsbench2 unavailable: running every job as $u1"
 fi
-bench_copy "$here/kernel_job.py" "$here/transformer_job.py"
+bench_copy "$here/kernel_job.py" "$here/transformer_job.py" "$here/../mixed/lab_job.py"
 
 declare -A shape=() kus=() solo_done=() tf_runs=()
-kernels=$(for c in $cells $quad_cells $alone_cells ${mix_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
+kernels=$(for c in ${cells//+/ } $quad_cells $alone_cells ${mix_cells//+/ } ${timeslice_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
 if [[ -n ${kernels// /} ]]; then
   log "== calibration: $kernels"
   # shellcheck disable=SC2086
@@ -271,7 +305,7 @@ valid() { # CELL: KERNEL:SYNC, e.g. 50us:1, 1.6ms:0
 }
 # each KIND:LIST, in this order: the cells of LIST, a solo phase for each of their kernels (a
 # mixed cell HEAVY+LIGHT has two), then the shared phase of that kind
-for kind_list in pair:cells quad:quad_cells alone:alone_cells mix:mix_cells; do
+for kind_list in pair:cells quad:quad_cells alone:alone_cells mix:mix_cells timeslice:timeslice_cells; do
   list=${kind_list#*:}
   for cell in ${!list}; do
     valid "${cell%%+*}" && valid "${cell#*+}" || continue
@@ -285,7 +319,7 @@ if [[ -n ${transformer// /} ]]; then
   transformer_phase solo
   for t in $transformer; do
     case $t in
-      solo | gpushare | gpushare_alt | gpushare_alone | gpushare_alone_alt | timeslice) transformer_phase "$t" ;;
+      solo | hooked | gpushare | gpushare_alt | gpushare_alone | gpushare_alone_alt | timeslice) transformer_phase "$t" ;;
       *) log "no transformer phase $t" ;;
     esac
   done
