@@ -1498,3 +1498,57 @@ fn a_light_process_in_a_mix_of_unequal_weights_waits_at_most_a_few_leases() {
         waits[n * 99 / 100] / 1000
     );
 }
+
+/// A process due a probe that gets a lease while it is the only one active (the others' leases
+/// had been taken back at their end and grace, so demands decided nothing at that moment and no
+/// probe came) is measured alone through that lease: nobody starts beside it. Others started
+/// beside it by its light estimate from its start-up, it was never measured again, and a pair
+/// of saturating processes of unequal weights shared the GPU equally for good (on an H100,
+/// 20 ms kernels at requests 0.75 / 0.25: 0.42 / 0.44 of their rates alone).
+#[test]
+fn a_process_due_a_probe_granted_alone_is_measured_alone() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    // a measured light in its start-up, b heavy (measured alone often enough to have settled)
+    s.acquire(1, 10, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    s.release(10, 4 * MS, 20 * MS);
+    for i in 0..3 {
+        s.acquire(2, 20, (20 + 7 * i) * MS);
+        assert_eq!(s.poll((20 + 7 * i) * MS).unwrap().session, 20);
+        s.release(20, 7 * MS, (27 + 7 * i) * MS);
+    }
+    // b holds; a starts beside it by its light estimate, and is busy all along there
+    s.acquire(2, 20, 40 * MS);
+    assert_eq!(s.poll(40 * MS).unwrap().session, 20);
+    s.acquire(1, 10, 41 * MS);
+    let g = s.poll(41 * MS).expect("light a beside b");
+    assert!(g.session == 10 && g.shared, "{g:?}");
+    s.release(10, 20 * MS, 61 * MS);
+    assert!(s.demand.probe_due(10));
+    s.release(20, 21 * MS, 61 * MS);
+    // a asks again while nothing else is active: a lease, no probe, alone
+    s.acquire(1, 10, 62 * MS);
+    let g = s.poll(62 * MS).unwrap();
+    assert!(
+        g.session == 10 && !g.shared && g.lease_ns == 20 * MS,
+        "{g:?}"
+    );
+    // b comes back: it waits for the end of a's lease, which measures a alone
+    s.acquire(2, 20, 70 * MS);
+    assert_eq!(
+        s.poll(70 * MS),
+        None,
+        "b started beside a lease that measures a"
+    );
+    assert_eq!(s.extend(10, 82 * MS), None, "measuring a: not extended");
+    s.release(10, 20 * MS, 82 * MS);
+    assert!(!s.demand.probe_due(10));
+    assert!(s.demand(10).unwrap() > 0.5, "{:?}", s.demand(10));
+    // heavy both: one lease at a time from now on
+    s.acquire(1, 10, 82 * MS);
+    let g = s.poll(82 * MS).unwrap();
+    assert!(!g.shared, "{g:?}");
+    assert_eq!(s.poll(83 * MS), None, "a heavy pair overlapped");
+}
