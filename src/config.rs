@@ -199,8 +199,8 @@ pub struct DaemonConfig {
     pub client_timeout: Duration,
     /// Most processes of one Unix user attached at once; the next one is refused.
     pub max_processes_per_user: usize,
-    /// How much work a lease holder may keep queued on the GPU ahead of it: the hook holds its
-    /// launches back beyond that, so that hand-overs are prompt.
+    /// How much work a lease holder may keep queued on the GPU past its lease's end: the hook
+    /// holds its launches back beyond that, so that hand-overs are prompt.
     pub queue_ahead: Duration,
     /// How many leases may run at once; [`ALL_LEASES`] for no bound.
     pub concurrent_leases: usize,

@@ -1872,6 +1872,56 @@ fn stat(stderr: &str, after: &str) -> u64 {
         .unwrap_or_else(|| panic!("no stats line: {stderr}"))
 }
 
+/// A loop whose host falls behind the GPU in part of each step (20 kernels of 200 us launched
+/// back to back, then 3 ms of host work, never synchronizing) keeps the GPU busy on a lease of
+/// its own, as without gpushare: early in a lease the queue may hold the rest of the lease too.
+/// Held to `queue_ahead` (2 ms) all along, the host waited for room during each burst, the
+/// queue ran dry in the host work, and the GPU idled a quarter of the time (0.75 busy).
+///
+/// Two such loops of clients 0.75 / 0.25 split the GPU time they get as their requests say and
+/// keep it busy; the queue shrinks to `queue_ahead` by each lease's end. (Their rates are not
+/// 0.75 / 0.25 of the rate alone: a process that gets the token mid-burst launches the rest of
+/// the burst and then works on the host with an empty queue, so each hand-over leaves the GPU
+/// idle for about that host work; with the fake, 0.71 / 0.24.)
+#[test]
+fn a_loop_whose_host_falls_behind_keeps_the_gpu_busy_on_its_lease() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let d = overlapping_daemon("[clients.big]\nrequest = 0.75\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.25\nusers = [\"{uid}\"]\n").start();
+    let op = "burst:1500:200000:20:3000";
+    measured("bursts of launches, then host work", || {
+        let (dir, log, gpu) = shared_gpu_files();
+        let solo_log = dir.path().join("solo.log");
+        let alone = on_shared_gpu(&d, &solo_log, &dir.path().join("solo-gpu"), &[("big", op)]);
+        let k = kernels(&solo_log);
+        let (busy, from, to) = busy_together(&k, &[alone[0].0]);
+        let solo = busy[0] as f64 / (to - from) as f64;
+        let ran = on_shared_gpu(&d, &log, &gpu, &[("big", op), ("small", op)]);
+        let k = kernels(&log);
+        let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
+        let together = (busy[0] + busy[1]) as f64 / (to - from) as f64;
+        let big = busy[0] as f64 / (busy[0] + busy[1]) as f64;
+        eprintln!(
+            "alone the GPU was busy {solo:.3} of the time, the pair {together:.3}; big got {big:.3} of the pair's GPU time"
+        );
+        if solo < 0.93 {
+            return Err(format!("alone the GPU was busy {solo:.3} of the time"));
+        }
+        if together < 0.9 {
+            return Err(format!(
+                "the pair kept the GPU busy {together:.3} of the time"
+            ));
+        }
+        if (big - 0.75).abs() > 0.03 {
+            return Err(format!(
+                "big got {big:.3} of the pair's GPU time, want 0.75"
+            ));
+        }
+        Ok(())
+    });
+}
+
 /// A process alone that keeps its queue full (short kernels, never synchronizing) checks its
 /// queue and records a marker every few launches, not at every one: a training loop whose host
 /// is its bottleneck pays for each driver call on its launch path.

@@ -235,6 +235,7 @@ static WANTED: AtomicI32 = AtomicI32::new(-1);
 /// checks the queue.
 fn publish(lease: &Lease, lease_ns: u64) {
     LEASE_END_NS.store(lease.deadline, Relaxed);
+    pacing::set_lease_end(lease.deadline);
     LEASE_ORDINAL.store(lease.device.ordinal, Relaxed);
     WAIT_LIMIT_NS.store(lease.wait_limit(), Relaxed);
     REVOKED_AT.store(0, Release);

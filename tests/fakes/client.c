@@ -12,6 +12,8 @@
  *   run:MS:NS:SYNC:GAP  kernels of NS ns for MS ms, a cuCtxSynchronize after every SYNC of them
  *                   (0: only at the end) and GAP us of host work after each -> "run K kernels"
  *                   (with SYNC 1, also the median and 99th percentile of launch-to-done in us)
+ *   burst:MS:NS:N:GAP  for MS ms: N kernels of NS ns back to back, then GAP us of host work,
+ *                   never synchronizing but at the end -> "burst K kernels"
  *   alloc:B  managed:B  async:B  pool:B  pitch:W:H  create:B   -> "alloc B -> RESULT"
  *   array:W:H  array3d:W:H:D   float CUDA arrays              -> "array W H -> RESULT"
  *   nvml     nvmlDeviceGetMemoryInfo and _v2 of device 0    -> "nvml total=T free=F used=U"
@@ -349,6 +351,22 @@ static void run(const char *op) {
   uint64_t ns = b;
   void *params[1] = {&ns};
   CUresult r = 0;
+  if (!strcmp(name, "burst")) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long long k = 0;
+    for (;;) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= (long long)a || r) break;
+      for (unsigned long long i = 0; i < c && r == 0; i++, k++)
+        r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+      if (d) usleep(d);
+    }
+    cu.sync();
+    printf("burst %llu kernels -> %d\n", k, r);
+    fflush(stdout);
+    return;
+  }
   if (!strcmp(name, "run")) {
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
