@@ -24,8 +24,9 @@ use crate::cuda::*;
 use crate::devices::{self, Device};
 use crate::driver::{current_context, helper, Helper};
 use crate::lease::{
-    exiting, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE, GATE_AT, INTERACTIVE,
-    LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER, WATCHER_THREAD,
+    exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE,
+    GATE_AT, INTERACTIVE, LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER,
+    WATCHER_THREAD,
 };
 use crate::pacing::{self, wait_until_done};
 use crate::residency;
@@ -96,13 +97,14 @@ fn stop(stream: Stream) {
     let Some(handle) = stream.handle() else {
         return;
     };
-    if pacing::passes() {
+    let left = lease_left_ns();
+    if pacing::passes(left) {
         return; // the next launch looks again
     }
     if capturing(handle) {
         return; // captured work runs when its graph is launched
     }
-    let next = pacing::check(handle, WAIT_LIMIT_NS.load(Relaxed));
+    let next = pacing::check(handle, WAIT_LIMIT_NS.load(Relaxed), left);
     let at = if next == u64::MAX {
         u64::MAX
     } else {
@@ -235,7 +237,6 @@ static WANTED: AtomicI32 = AtomicI32::new(-1);
 /// checks the queue.
 fn publish(lease: &Lease, lease_ns: u64) {
     LEASE_END_NS.store(lease.deadline, Relaxed);
-    pacing::set_lease_end(lease.deadline);
     LEASE_ORDINAL.store(lease.device.ordinal, Relaxed);
     WAIT_LIMIT_NS.store(lease.wait_limit(), Relaxed);
     REVOKED_AT.store(0, Release);

@@ -49,8 +49,6 @@ static MARK_AFTER: AtomicBool = AtomicBool::new(false);
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 /// Queue budget in GPU nanoseconds (daemon.queue_ahead): what may be queued past a lease's end.
 static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
-/// When the current lease ends (`now_ns` time; 0: no lease).
-static LEASE_END_NS: AtomicU64 = AtomicU64::new(0);
 /// The lease runs beside others (the daemon's `GRANT_SHARED`): marker completions do not teach
 /// the GPU time per launch. The driver time-slices the GPU between the processes then, and a
 /// marker also waits for the others' work: learnt there, the GPU time per launch would be far too
@@ -459,14 +457,9 @@ fn lease_budget(budget: u64, tight: bool) -> u64 {
     }
 }
 
-/// The lease just granted (or extended) ends at `end_ns` (`now_ns` time).
-pub fn set_lease_end(end_ns: u64) {
-    LEASE_END_NS.store(end_ns, Relaxed);
-}
-
-/// How much GPU time may be queued at `now`. On a lease of its own (not shared, not tight) the
-/// work queued has to be done by the lease's end plus `budget`, so early in a lease the queue
-/// may hold the rest of the lease as well: a training loop whose host thread runs ahead of the
+/// How much GPU time may be queued with `left_ns` of the lease left. On a lease of its own (not
+/// shared, not tight) the work queued has to be done by the lease's end plus `budget`, so early
+/// in a lease the queue may hold the rest of the lease as well: a training loop whose host thread runs ahead of the
 /// GPU in some phases of a step (launching large kernels) and behind it in others (launching
 /// many small ones, or doing host work) keeps the GPU fed through the slow phases, as without
 /// gpushare. Held to `budget` all along, a transformer training loop on an H100 ran at 0.69-0.98
@@ -474,21 +467,20 @@ pub fn set_lease_end(end_ns: u64) {
 /// one loop's rate where time-slicing made 1.15; with 20 ms queued, alone 1.11 and the pair 1.15.
 /// Beside others (`shared`) the driver time-slices the GPU and the queue is held to `budget`;
 /// on a tight lease (an interactive client near) to a quarter of it.
-fn queue_budget(budget: u64, tight: bool, shared: bool, lease_end: u64, now: u64) -> u64 {
+fn queue_budget(budget: u64, tight: bool, shared: bool, left_ns: u64) -> u64 {
     if tight || shared {
         return lease_budget(budget, tight);
     }
-    budget.saturating_add(lease_end.saturating_sub(now))
+    budget.saturating_add(left_ns)
 }
 
-/// The current lease's queue budget ([`queue_budget`]).
-fn current_budget() -> u64 {
+/// The current lease's queue budget with `left_ns` of it left ([`queue_budget`]).
+fn current_budget(left_ns: u64) -> u64 {
     queue_budget(
         BUDGET_NS.load(Relaxed),
         TIGHT.load(Relaxed),
         SHARED.load(Relaxed),
-        LEASE_END_NS.load(Relaxed),
-        now_ns(),
+        left_ns,
     )
 }
 
@@ -499,7 +491,8 @@ pub fn configure(budget_ns: u64, interactive: bool) {
 
 /// A check on the launch path (before a launch on `stream`, a nameable stream that is not
 /// capturing): waits while too much work is queued, and asks for a marker after the launch.
-/// Returns how long until the next check (0: at the next launch). `wait_limit_ns` bounds a wait.
+/// Returns how long until the next check (0: at the next launch). `wait_limit_ns` bounds a wait;
+/// `left_ns` is what is left of the lease.
 ///
 /// Beside others ([`lowered_by_timing`]), a process taken for one with long kernels has some of
 /// its launches timed ([`kernel_timer`]): the pair starts right before the launch, after any wait
@@ -507,8 +500,8 @@ pub fn configure(budget_ns: u64, interactive: bool) {
 ///
 /// Until the process knows its GPU time per launch, every launch checks, and launches are timed
 /// on their own: the first whose launch call was not slow on the host gives the first estimate.
-pub fn check(stream: CUstream, wait_limit_ns: u64) -> u64 {
-    let (next, per_launch) = check_queue(wait_limit_ns);
+pub fn check(stream: CUstream, wait_limit_ns: u64, left_ns: u64) -> u64 {
+    let (next, per_launch) = check_queue(wait_limit_ns, left_ns);
     if per_launch == 0 || (lowered_by_timing() && per_launch >= CHECK_EVERY_NS) {
         kernel_timer::before_launch(stream);
     }
@@ -539,12 +532,12 @@ fn lower(old: u64, timed: u64) -> u64 {
 /// queue meanwhile (a launching thread that waited under the lock would starve it of samples,
 /// and the lease would be reported idle). Returns how long until the next check, and the GPU
 /// time per launch then (read under the lock the check holds, not in a second one).
-fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
+fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
     let Some(query) = query_fn() else {
         return (u64::MAX, PACER.lock().per_launch_ns);
     };
     let tight = TIGHT.load(Relaxed);
-    let budget = current_budget();
+    let budget = current_budget(left_ns);
     let start = now_ns();
     stats::CHECKS.add(1);
     let mut first = true;
@@ -652,12 +645,12 @@ fn check_queue(wait_limit_ns: u64) -> (u64, u64) {
 /// Whether the next launch may go without a check ([`check`]): on a lease of its own (not
 /// beside others), a backlogged process (markers pending at the last look) whose GPU time per
 /// launch is known, with fewer launches queued than the budget allows and the next marker not
-/// yet due. Reads the pacer's state alone, no driver call.
-pub fn passes() -> bool {
+/// yet due, with `left_ns` of the lease left. Reads the pacer's state alone, no driver call.
+pub fn passes(left_ns: u64) -> bool {
     if SHARED.load(Relaxed) || STALLED.load(Relaxed) || MARK_AFTER.load(Relaxed) {
         return false;
     }
-    let budget = current_budget();
+    let budget = current_budget(left_ns);
     let launches = LAUNCHES.load(Relaxed);
     let p = PACER.lock();
     let pass = p.backlogged
@@ -838,7 +831,6 @@ pub fn idle_for() -> Option<u64> {
 
 /// Forgets the markers once the lease's work was waited for (all of them are done).
 pub fn drained() {
-    set_lease_end(0);
     let Some(query) = query_fn() else {
         return;
     };
@@ -1091,21 +1083,20 @@ mod tests {
     #[test]
     fn a_lease_of_its_own_may_queue_its_rest_until_its_end() {
         let ms = 1_000_000;
-        let q = |tight, shared, end, now| queue_budget(2 * ms, tight, shared, end, now);
-        assert_eq!(q(false, false, 20 * ms, 0), 22 * ms, "at the grant");
+        // `left`: what is left of the lease (`lease::lease_left_ns`, 0 past its end or without one)
+        let q = |tight, shared, left| queue_budget(2 * ms, tight, shared, left);
+        assert_eq!(q(false, false, 20 * ms), 22 * ms, "at the grant");
+        assert_eq!(q(false, false, 5 * ms), 7 * ms, "5 ms before the end");
         assert_eq!(
-            q(false, false, 20 * ms, 15 * ms),
-            7 * ms,
-            "5 ms before the end"
+            q(false, false, 0),
+            2 * ms,
+            "at or past the end, or no lease"
         );
-        assert_eq!(q(false, false, 20 * ms, 20 * ms), 2 * ms, "at the end");
-        assert_eq!(q(false, false, 20 * ms, 30 * ms), 2 * ms, "past the end");
-        assert_eq!(q(false, false, 0, 5 * ms), 2 * ms, "no lease");
-        assert_eq!(q(false, true, 20 * ms, 0), 2 * ms, "beside others");
-        assert_eq!(q(true, false, 20 * ms, 0), ms / 2, "tight");
+        assert_eq!(q(false, true, 20 * ms), 2 * ms, "beside others");
+        assert_eq!(q(true, false, 20 * ms), ms / 2, "tight");
         let mut p = Pacer::new();
         p.per_launch_ns = 100_000;
-        assert_eq!(p.allowed(q(false, false, 20 * ms, 0)), 220);
-        assert_eq!(p.allowed(q(false, false, 20 * ms, 19 * ms)), 30);
+        assert_eq!(p.allowed(q(false, false, 20 * ms)), 220);
+        assert_eq!(p.allowed(q(false, false, ms)), 30);
     }
 }
