@@ -29,6 +29,10 @@ const GAIN_DOWN: f64 = 0.2;
 const PROBE_AT: f64 = 0.5;
 /// Least time between two probes of one session, once it was measured alone [`SETTLED`] times.
 pub const PROBE_EVERY: Nanos = 2_000_000_000;
+/// How long a session may be due a probe before its probe comes ahead of those first in line
+/// ([`Demands::probe_overdue`]). A process due one is probed when it is first in line; one that
+/// always finds room beside the running leases may never be.
+pub const PROBE_PATIENCE: Nanos = 250_000_000;
 /// Leases alone after which a session's estimate has settled (the first replaces
 /// [`INITIAL_DEMAND`], each later one moves it towards its sample): until then an ambiguous
 /// sample asks for a probe at once.
@@ -48,6 +52,8 @@ fn toward(estimate: f64, sample: f64) -> f64 {
 struct Demand {
     estimate: f64,
     probe_due: bool,
+    /// Since when it is due a probe.
+    due_since: Option<Nanos>,
     /// When the last lease alone ended (`None`: never).
     measured_at: Option<Nanos>,
     /// Leases alone so far.
@@ -59,6 +65,7 @@ impl Demand {
     fn measured_alone(&mut self, estimate: f64, now: Nanos) {
         self.estimate = estimate;
         self.probe_due = false;
+        self.due_since = None;
         self.measured_at = Some(now);
         self.alone_leases = self.alone_leases.saturating_add(1);
     }
@@ -81,6 +88,7 @@ impl Demands {
         self.sessions.entry(session).or_insert(Demand {
             estimate: INITIAL_DEMAND,
             probe_due: false,
+            due_since: None,
             measured_at: None,
             alone_leases: 0,
         });
@@ -98,6 +106,14 @@ impl Demands {
     /// Whether the session's next lease must run alone, to measure it.
     pub fn probe_due(&self, session: SessionId) -> bool {
         self.sessions.get(&session).is_some_and(|d| d.probe_due)
+    }
+
+    /// Whether the session has been due a probe for [`PROBE_PATIENCE`] or longer.
+    pub fn probe_overdue(&self, session: SessionId, now: Nanos) -> bool {
+        self.sessions
+            .get(&session)
+            .and_then(|d| d.due_since)
+            .is_some_and(|since| now.saturating_sub(since) >= PROBE_PATIENCE)
     }
 
     /// Whether the session never ran a lease alone.
@@ -163,6 +179,7 @@ impl Demands {
                     .is_none_or(|t| now.saturating_sub(t) >= PROBE_EVERY))
         {
             d.probe_due = true;
+            d.due_since.get_or_insert(now);
         }
     }
 }
@@ -263,6 +280,21 @@ mod tests {
             d.get(1).unwrap() < 0.8,
             "a low sample beside others lowers it"
         );
+    }
+
+    #[test]
+    fn a_probe_is_overdue_after_the_patience_since_it_was_first_due() {
+        let mut d = Demands::default();
+        d.add(1);
+        d.learn(1, MS, 20 * MS, true, 0);
+        d.learn(1, 20 * MS, 20 * MS, false, 20 * MS);
+        assert!(d.probe_due(1) && !d.probe_overdue(1, 20 * MS));
+        // later busy leases beside others do not move the time it became due
+        d.learn(1, 20 * MS, 20 * MS, false, 200 * MS);
+        assert!(!d.probe_overdue(1, PROBE_PATIENCE + 19 * MS));
+        assert!(d.probe_overdue(1, PROBE_PATIENCE + 20 * MS));
+        d.learn_probe(1, 5 * MS, 5 * MS, PROBE_PATIENCE + 25 * MS);
+        assert!(!d.probe_due(1) && !d.probe_overdue(1, 10 * PROBE_PATIENCE));
     }
 
     #[test]

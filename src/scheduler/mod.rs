@@ -36,8 +36,9 @@
 //!
 //! *Interactive* clients get a lease as soon as they ask, beside any other; the leases of batch
 //! clients running then are *revoked*: they end at their holder's next launch (the daemon tells
-//! the process; [`Scheduler::take_revoked`]). So are they when a process due a probe comes first:
-//! it waits for their drained queues, then runs alone.
+//! the process; [`Scheduler::take_revoked`]). So are they when a process due a probe comes first
+//! (when it is first in line, or has been due one for [`demand::PROBE_PATIENCE`]): it waits for
+//! their drained queues, then runs alone.
 //!
 //! With more than one *slot* and overlap not gated by demand (under MPS, where the kernels of
 //! several processes run together), up to that many leases run at once; requests then decide who
@@ -643,6 +644,8 @@ impl Scheduler {
             } else {
                 self.probe_next = None;
             }
+        } else if let Some(overdue) = self.overdue_probe(&line, now) {
+            id = overdue;
         }
         let mut probe = false;
         if self.demand_gated {

@@ -1160,9 +1160,12 @@ fn a_light_process_due_a_probe_still_starts_beside_the_others() {
 /// [`light_process_waits`] for 20 s of a light process (client 3, request 0.2; a tenth busy
 /// alone, each request taking `work` of its lease, 5 ms apart) beside three saturating ones of
 /// unequal weights (clients 1 and 2 of request 0.4, client 1 with two processes), busy all
-/// along, alone and (waiting for the others' turns) beside them.
+/// along, alone and (waiting for the others' turns) beside them. The scheduler keeps the
+/// daemon's grace of 50 ms: a request that outlasts a probe's quarter lease is released inside
+/// it, as the hook releases it, and not taken back.
 fn light_beside_unequal_heavy_ones(work: Nanos) -> Vec<Nanos> {
     let mut s = gated(20 * MS);
+    s.set_grace(50 * MS);
     s.set_client(1, shares(0.4, 1.0), 0);
     s.set_client(2, shares(0.4, 1.0), 0);
     s.set_client(3, shares(0.2, 1.0), 0);
@@ -1551,4 +1554,74 @@ fn a_process_due_a_probe_granted_alone_is_measured_alone() {
     let g = s.poll(82 * MS).unwrap();
     assert!(!g.shared, "{g:?}");
     assert_eq!(s.poll(83 * MS), None, "a heavy pair overlapped");
+}
+
+/// Four saturating processes of requests 0.4 / 0.3 / 0.2 / 0.1, the third measured light in its
+/// start-up (its first lease alone a quarter busy) and busy all along since. Beside others it is
+/// due a probe, but it finds room beside the running leases whenever the first in line does not
+/// ([`Scheduler::backfill`]), and charged a part of the time it runs, it is never first in line
+/// itself: without a probe that comes by itself, two leases ran at once 989 ms of the last of
+/// five seconds, the driver's equal turns deciding the shares. Each process keeps the daemon's
+/// grace, releasing at its lease's end.
+#[test]
+fn a_process_due_a_probe_that_always_finds_room_beside_others_is_still_probed() {
+    let mut s = gated(20 * MS);
+    s.set_grace(50 * MS);
+    for (c, request) in [(1, 0.4), (2, 0.3), (3, 0.2), (4, 0.1)] {
+        s.set_client(c, shares(request, 1.0), 0);
+        s.acquire(c, c * 10, 0);
+    }
+    let span = 5 * S;
+    // (client, session, start, end) of the running leases
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
+    let mut measured_light = false;
+    let mut held: BTreeMap<ClientId, f64> = BTreeMap::new();
+    let mut overlapped = 0;
+    let mut t = 0;
+    while t < span {
+        let revoked = s.take_revoked();
+        let together = leases.len();
+        leases.retain(|&(c, sid, start, end)| {
+            let over = end <= t || (revoked.contains(&sid) && t > start);
+            if !over {
+                return true;
+            }
+            let wall = t - start;
+            let busy = if sid == 30 && together == 1 && !measured_light {
+                measured_light = true;
+                wall / 4
+            } else {
+                wall
+            };
+            s.release(sid, busy, t);
+            s.acquire(c, sid, t);
+            false
+        });
+        for sid in revoked {
+            if let Some(l) = leases.iter_mut().find(|l| l.1 == sid) {
+                l.3 = l.3.min(t + MS);
+            }
+        }
+        while let Some(g) = s.poll(t) {
+            leases.push((g.client, g.session, t, t + g.lease_ns));
+        }
+        if t >= span - S {
+            if leases.len() > 1 {
+                overlapped += MS;
+            }
+            for l in &leases {
+                *held.entry(l.0).or_default() += 1.0 / leases.len() as f64;
+            }
+        }
+        t += MS;
+    }
+    assert!(measured_light, "the third process never ran alone");
+    assert!(
+        overlapped <= 100 * MS,
+        "leases overlapped {} ms of the last second; held (ms) {held:?}",
+        overlapped / MS
+    );
+    for (c, request) in [(1, 0.4), (2, 0.3), (3, 0.2), (4, 0.1)] {
+        assert_near(held[&c] / 1000.0, request, 0.05, &format!("client {c}"));
+    }
 }
