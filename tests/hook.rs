@@ -1941,6 +1941,27 @@ fn a_backlogged_process_alone_checks_its_queue_every_few_launches() {
     );
 }
 
+/// A process alone whose queue is empty at each launch (50 us kernels, a synchronize after
+/// each) checks its queue and records a marker every few launches, not at every other one: each
+/// check is a query and a record in the driver, which a loop of short kernels that synchronizes
+/// often pays on its launch path (on an H100, a loop of 50 us kernels synchronizing after each
+/// ran at 0.96 of its rate alone under gpushared).
+#[test]
+fn a_process_with_an_empty_queue_checks_it_every_few_launches() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let (out, err) = alone_with_stats(&["run:400:50000:1:0"], &[]);
+    let launched = run_count(line(&out, "run "));
+    let checks = stat(&err, "lease thread; ");
+    eprintln!("{checks} queue checks for {launched} launches");
+    assert!(launched >= 1000, "{launched} kernels of 50 us in 400 ms");
+    assert!(
+        checks * 4 < launched,
+        "{checks} queue checks for {launched} launches"
+    );
+}
+
 /// The stats line's time per launch learnt last and the longest one, in microseconds, and the
 /// timed launches left out as slow on the host, of a process run alone under the hook on the
 /// fake's shared GPU with `env`.

@@ -2,7 +2,8 @@
 //!
 //! Markers (timing-off events) recorded right after launches tell how far the GPU lags behind
 //! this process's launches. While the newest marker is done, the queue is empty and a marker is
-//! recorded after a launch at most every [`CHECK_EVERY_NS`] (cheap for launch-bound loops); once
+//! recorded after a launch at most every [`CHECK_EVERY_NS`] and, for launches known to be short,
+//! every few launches (cheap for launch-bound loops and those that synchronize often); once
 //! a marker is found pending, the process is *backlogged*: every launch counts the launches
 //! queued since the newest marker seen done, a launch waits while they would take more than the
 //! queue budget to run, estimated from how fast markers complete, and a marker follows every few
@@ -142,6 +143,8 @@ struct Pacer {
     /// The last check found markers pending: launches since then pass with a marker after
     /// every few ([`passes`]).
     backlogged: bool,
+    /// The launches counted at the last check ([`LAUNCHES`]).
+    checked_launches: u64,
     samples: u32,
     busy_samples: u32,
 }
@@ -171,6 +174,7 @@ impl Pacer {
             last_mark: 0,
             last_pending: 0,
             backlogged: false,
+            checked_launches: 0,
             samples: 0,
             busy_samples: 0,
         }
@@ -365,6 +369,11 @@ impl Pacer {
         launches.saturating_sub(newest)
     }
 
+    /// Launches since the last check.
+    fn since_check(&self, launches: u64) -> u64 {
+        launches.saturating_sub(self.checked_launches)
+    }
+
     /// Whether a marker follows the next launch of a backlogged process ([`Pacer::spacing`]).
     fn mark_due(&self, launches: u64, budget: u64) -> bool {
         self.since_newest(launches) + 1 >= self.spacing(budget)
@@ -547,6 +556,7 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
             let pending = p.collect(query);
             if first {
                 p.backlogged = pending > 0;
+                p.checked_launches = LAUNCHES.load(Relaxed);
                 if let Some(timed) = kernel_timer::take() {
                     if p.per_launch_ns == 0 {
                         p.set_per_launch(timed.max(1));
@@ -643,9 +653,15 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
 }
 
 /// Whether the next launch may go without a check ([`check`]): on a lease of its own (not
-/// beside others), a backlogged process (markers pending at the last look) whose GPU time per
-/// launch is known, with fewer launches queued than the budget allows and the next marker not
-/// yet due, with `left_ns` of the lease left. Reads the pacer's state alone, no driver call.
+/// beside others), with `left_ns` of the lease left: for a backlogged process (markers pending
+/// at the last look) whose GPU time per launch is known, with fewer launches queued than the
+/// budget allows and the next marker not yet due ([`Pacer::mark_due`]); and for one whose queue
+/// was empty at the last look, whose launches are known to be short, until as many launches as
+/// a backlogged one's markers are apart ([`Pacer::spacing`]) followed that look. A loop of
+/// short kernels that synchronizes after each finds its queue empty at every check, and spaced
+/// by time alone ([`CHECK_EVERY_NS`]) its checks came at every other launch or, for kernels of
+/// 100 us and more, at every one (a query and a record in the driver each). Reads the pacer's
+/// state alone, no driver call.
 pub fn passes(left_ns: u64) -> bool {
     if SHARED.load(Relaxed) || STALLED.load(Relaxed) || MARK_AFTER.load(Relaxed) {
         return false;
@@ -653,11 +669,14 @@ pub fn passes(left_ns: u64) -> bool {
     let budget = current_budget(left_ns);
     let launches = LAUNCHES.load(Relaxed);
     let p = PACER.lock();
-    let pass = p.backlogged
-        && p.len > 0
-        && p.per_launch_ns != 0
-        && p.room(launches, budget)
-        && !p.mark_due(launches, budget);
+    let pass = if p.backlogged {
+        p.len > 0
+            && p.per_launch_ns != 0
+            && p.room(launches, budget)
+            && !p.mark_due(launches, budget)
+    } else {
+        !p.checks_each_launch() && p.since_check(launches) + 1 < p.spacing(budget)
+    };
     if pass {
         stats::PASSED.add(1);
     }
