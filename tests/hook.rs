@@ -1922,6 +1922,16 @@ fn a_loop_whose_host_falls_behind_keeps_the_gpu_busy_on_its_lease() {
     });
 }
 
+/// The queue checks and the launches of a process that runs the `run:` op `op` alone under the
+/// hook ([`alone_with_stats`]).
+fn queue_checks_alone(op: &str) -> (u64, u64) {
+    let (out, err) = alone_with_stats(&[op], &[]);
+    let launched = run_count(line(&out, "run "));
+    let checks = stat(&err, "lease thread; ");
+    eprintln!("{checks} queue checks for {launched} launches");
+    (checks, launched)
+}
+
 /// A process alone that keeps its queue full (short kernels, never synchronizing) checks its
 /// queue and records a marker every few launches, not at every one: a training loop whose host
 /// is its bottleneck pays for each driver call on its launch path.
@@ -1930,10 +1940,7 @@ fn a_backlogged_process_alone_checks_its_queue_every_few_launches() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let (out, err) = alone_with_stats(&["run:400:50000:0:0"], &[]);
-    let launched = run_count(line(&out, "run "));
-    let checks = stat(&err, "lease thread; ");
-    eprintln!("{checks} queue checks for {launched} launches");
+    let (checks, launched) = queue_checks_alone("run:400:50000:0:0");
     assert!(launched >= 2000, "{launched} kernels of 50 us in 400 ms");
     assert!(
         checks * 2 < launched,
@@ -1951,10 +1958,7 @@ fn a_process_with_an_empty_queue_checks_it_every_few_launches() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let (out, err) = alone_with_stats(&["run:400:50000:1:0"], &[]);
-    let launched = run_count(line(&out, "run "));
-    let checks = stat(&err, "lease thread; ");
-    eprintln!("{checks} queue checks for {launched} launches");
+    let (checks, launched) = queue_checks_alone("run:400:50000:1:0");
     assert!(launched >= 1000, "{launched} kernels of 50 us in 400 ms");
     assert!(
         checks * 4 < launched,

@@ -1212,14 +1212,7 @@ fn light_process_waits(
     let mut waits: Vec<Nanos> = vec![];
     let mut t = 0;
     while t < span {
-        let revoked = s.take_revoked();
-        let together = leases.len();
-        leases.retain(|&(c, sid, start, end)| {
-            let over = end <= t || (revoked.contains(&sid) && t > start);
-            if !over {
-                return true;
-            }
-            let wall = t - start;
+        end_leases(s, &mut leases, t, |s, c, sid, wall, together| {
             if sid == light.session {
                 let busy = if together > 1 {
                     wall * 6 / 10
@@ -1234,13 +1227,7 @@ fn light_process_waits(
                 s.release(sid, wall * tenths / 10, t);
                 s.acquire(c, sid, t);
             }
-            false
         });
-        for sid in revoked {
-            if let Some(l) = leases.iter_mut().find(|l| l.1 == sid) {
-                l.3 = l.3.min(t + MS);
-            }
-        }
         if asked.is_none() && t >= next_request && !leases.iter().any(|l| l.1 == light.session) {
             s.acquire(light.client, light.session, t);
             asked = Some(t);
@@ -1264,6 +1251,32 @@ fn light_process_waits(
     }
     waits.sort_unstable();
     waits
+}
+
+/// One step at `t` of a simulation whose running leases are `leases` (client, session, start,
+/// end): each lease that ran out, or was revoked (at an earlier step), ends with
+/// `ended(scheduler, client, session, wall time, leases running before)`, which releases it; a
+/// lease revoked now ends a millisecond later (its holder's next launch, its queue drained).
+fn end_leases(
+    s: &mut Scheduler,
+    leases: &mut Vec<(ClientId, SessionId, Nanos, Nanos)>,
+    t: Nanos,
+    mut ended: impl FnMut(&mut Scheduler, ClientId, SessionId, Nanos, usize),
+) {
+    let revoked = s.take_revoked();
+    let together = leases.len();
+    leases.retain(|&(c, sid, start, end)| {
+        let over = end <= t || (revoked.contains(&sid) && t > start);
+        if over {
+            ended(s, c, sid, t - start, together);
+        }
+        !over
+    });
+    for sid in revoked {
+        if let Some(l) = leases.iter_mut().find(|l| l.1 == sid) {
+            l.3 = l.3.min(t + MS);
+        }
+    }
 }
 
 /// A probe lease is not cut short for another process due one: that one waits for it to end.
@@ -1579,14 +1592,7 @@ fn a_process_due_a_probe_that_always_finds_room_beside_others_is_still_probed() 
     let mut overlapped = 0;
     let mut t = 0;
     while t < span {
-        let revoked = s.take_revoked();
-        let together = leases.len();
-        leases.retain(|&(c, sid, start, end)| {
-            let over = end <= t || (revoked.contains(&sid) && t > start);
-            if !over {
-                return true;
-            }
-            let wall = t - start;
+        end_leases(&mut s, &mut leases, t, |s, c, sid, wall, together| {
             let busy = if sid == 30 && together == 1 && !measured_light {
                 measured_light = true;
                 wall / 4
@@ -1595,13 +1601,7 @@ fn a_process_due_a_probe_that_always_finds_room_beside_others_is_still_probed() 
             };
             s.release(sid, busy, t);
             s.acquire(c, sid, t);
-            false
         });
-        for sid in revoked {
-            if let Some(l) = leases.iter_mut().find(|l| l.1 == sid) {
-                l.3 = l.3.min(t + MS);
-            }
-        }
         while let Some(g) = s.poll(t) {
             leases.push((g.client, g.session, t, t + g.lease_ns));
         }
