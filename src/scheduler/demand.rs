@@ -51,8 +51,7 @@ fn toward(estimate: f64, sample: f64) -> f64 {
 #[derive(Debug, Clone, Copy)]
 struct Demand {
     estimate: f64,
-    probe_due: bool,
-    /// Since when it is due a probe.
+    /// Since when it is due a probe (`None`: not due one).
     due_since: Option<Nanos>,
     /// When the last lease alone ended (`None`: never).
     measured_at: Option<Nanos>,
@@ -64,7 +63,6 @@ impl Demand {
     /// A lease alone (or a probe) ended at `now` and gave `estimate`.
     fn measured_alone(&mut self, estimate: f64, now: Nanos) {
         self.estimate = estimate;
-        self.probe_due = false;
         self.due_since = None;
         self.measured_at = Some(now);
         self.alone_leases = self.alone_leases.saturating_add(1);
@@ -87,7 +85,6 @@ impl Demands {
     pub fn add(&mut self, session: SessionId) {
         self.sessions.entry(session).or_insert(Demand {
             estimate: INITIAL_DEMAND,
-            probe_due: false,
             due_since: None,
             measured_at: None,
             alone_leases: 0,
@@ -105,7 +102,9 @@ impl Demands {
 
     /// Whether the session's next lease must run alone, to measure it.
     pub fn probe_due(&self, session: SessionId) -> bool {
-        self.sessions.get(&session).is_some_and(|d| d.probe_due)
+        self.sessions
+            .get(&session)
+            .is_some_and(|d| d.due_since.is_some())
     }
 
     /// Whether the session has been due a probe for [`PROBE_PATIENCE`] or longer.
@@ -178,7 +177,6 @@ impl Demands {
                 || d.measured_at
                     .is_none_or(|t| now.saturating_sub(t) >= PROBE_EVERY))
         {
-            d.probe_due = true;
             d.due_since.get_or_insert(now);
         }
     }

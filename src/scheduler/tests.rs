@@ -1573,7 +1573,7 @@ fn a_process_due_a_probe_granted_alone_is_measured_alone() {
 /// start-up (its first lease alone a quarter busy) and busy all along since. Beside others it is
 /// due a probe, but it finds room beside the running leases whenever the first in line does not
 /// ([`Scheduler::backfill`]), and charged a part of the time it runs, it is never first in line
-/// itself: without a probe that comes by itself, two leases ran at once 989 ms of the last of
+/// itself: without a probe that comes by itself, two leases ran at once 988 ms of the last of
 /// five seconds, the driver's equal turns deciding the shares. Each process keeps the daemon's
 /// grace, releasing at its lease's end.
 #[test]
