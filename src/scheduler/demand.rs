@@ -8,7 +8,8 @@
 //! that ran beside others can only lower the estimate (its sample is an upper bound), and a high
 //! sample there is ambiguous: the process may have grown heavy, or only waited. Then the session
 //! is due a *probe*: its next lease, a short one, runs alone and measures it again, at most once
-//! per [`PROBE_EVERY`].
+//! per [`PROBE_SOON`] after its last measurement alone, and less often (up to [`PROBE_EVERY`])
+//! while probes keep finding it light.
 
 use std::collections::BTreeMap;
 
@@ -27,7 +28,17 @@ const GAIN_UP: f64 = 0.5;
 const GAIN_DOWN: f64 = 0.2;
 /// A sample beside others at least this high (and above the estimate) asks for a probe.
 const PROBE_AT: f64 = 0.5;
-/// Least time between two probes of one session, once it was measured alone [`SETTLED`] times.
+/// Least time from the last measurement alone to a probe of a session measured light, once it
+/// was measured alone [`SETTLED`] times: at first, and again once a lease alone or a probe found
+/// it busy.
+pub const PROBE_SOON: Nanos = 250_000_000;
+/// The same at most (and for a session known as busy): each probe that finds the session light
+/// doubles the time, up to this. A
+/// light process that looks busy beside others (it waits for their work) is probed less and
+/// less often; one measured light in its start-up (loading data, compiling) that then keeps the
+/// GPU busy is probed within about [`PROBE_SOON`] and [`PROBE_PATIENCE`]. With this time from the
+/// start, a CuPy loop measured light in its first leases ran beside a saturating one, sharing the
+/// GPU equally and not 0.75 / 0.25, for 1.6 s until its probe (on an H200).
 pub const PROBE_EVERY: Nanos = 2_000_000_000;
 /// How long a session may be due a probe before its probe comes ahead of those first in line
 /// ([`Demands::probe_overdue`]). A process due one is probed when it is first in line; one that
@@ -57,9 +68,22 @@ struct Demand {
     measured_at: Option<Nanos>,
     /// Leases alone so far.
     alone_leases: u32,
+    /// Least time from `measured_at` to the next probe, [`PROBE_SOON`] to [`PROBE_EVERY`].
+    probe_after: Nanos,
 }
 
 impl Demand {
+    /// Least time from the last measurement alone to a probe: [`Demand::probe_after`] for a
+    /// process measured light, [`PROBE_EVERY`] for one already known as busy (a probe would
+    /// change little: its lease runs alone anyway).
+    fn probe_wait(&self) -> Nanos {
+        if self.estimate < PROBE_AT {
+            self.probe_after
+        } else {
+            PROBE_EVERY
+        }
+    }
+
     /// A lease alone (or a probe) ended at `now` and gave `estimate`.
     fn measured_alone(&mut self, estimate: f64, now: Nanos) {
         self.estimate = estimate;
@@ -88,6 +112,7 @@ impl Demands {
             due_since: None,
             measured_at: None,
             alone_leases: 0,
+            probe_after: PROBE_SOON,
         });
     }
 
@@ -142,6 +167,11 @@ impl Demands {
         } else {
             d.estimate
         };
+        d.probe_after = if sample < PROBE_AT {
+            d.probe_after.saturating_mul(2).min(PROBE_EVERY)
+        } else {
+            PROBE_SOON
+        };
         d.measured_alone(estimate, now);
     }
 
@@ -167,6 +197,9 @@ impl Demands {
             } else {
                 toward(d.estimate, sample)
             };
+            if sample >= PROBE_AT {
+                d.probe_after = PROBE_SOON;
+            }
             d.measured_alone(estimate, now);
             return;
         }
@@ -175,7 +208,7 @@ impl Demands {
         } else if sample >= PROBE_AT
             && (d.alone_leases < SETTLED
                 || d.measured_at
-                    .is_none_or(|t| now.saturating_sub(t) >= PROBE_EVERY))
+                    .is_none_or(|t| now.saturating_sub(t) >= d.probe_wait()))
         {
             d.due_since.get_or_insert(now);
         }
@@ -218,15 +251,15 @@ mod tests {
         let after_alone = d.get(1).unwrap();
         d.learn(1, 19 * MS, 20 * MS, false, 30 * MS);
         assert_eq!(d.get(1).unwrap(), after_alone);
-        assert!(!d.probe_due(1), "measured alone less than PROBE_EVERY ago");
-        d.learn(1, 19 * MS, 20 * MS, false, PROBE_EVERY + 30 * MS);
+        assert!(!d.probe_due(1), "measured alone less than PROBE_SOON ago");
+        d.learn(1, 19 * MS, 20 * MS, false, PROBE_SOON + 30 * MS);
         assert!(d.probe_due(1));
-        d.learn(1, 20 * MS, 20 * MS, true, PROBE_EVERY + 31 * MS);
+        d.learn(1, 20 * MS, 20 * MS, true, PROBE_SOON + 31 * MS);
         assert!(!d.probe_due(1));
         assert!(d.get(1).unwrap() > after_alone);
         // a low sample beside others is evidence enough
         let high = d.get(1).unwrap();
-        d.learn(1, 0, 20 * MS, false, PROBE_EVERY + 32 * MS);
+        d.learn(1, 0, 20 * MS, false, PROBE_SOON + 32 * MS);
         assert!(d.get(1).unwrap() < high);
     }
 
@@ -293,6 +326,48 @@ mod tests {
         assert!(d.probe_overdue(1, PROBE_PATIENCE + 20 * MS));
         d.learn_probe(1, 5 * MS, 5 * MS, PROBE_PATIENCE + 25 * MS);
         assert!(!d.probe_due(1) && !d.probe_overdue(1, 10 * PROBE_PATIENCE));
+    }
+
+    /// A process measured light in its start-up that then keeps the GPU busy beside others is
+    /// probed [`PROBE_SOON`] after its last lease alone; each probe that finds it light doubles
+    /// the time to the next, up to [`PROBE_EVERY`]; one that finds it busy makes it short again
+    /// (once the process is light again: one known as busy waits [`PROBE_EVERY`]).
+    #[test]
+    fn probes_come_soon_and_less_often_while_they_find_the_process_light() {
+        let mut d = Demands::default();
+        d.add(1);
+        let mut t = 0;
+        for _ in 0..SETTLED {
+            t += 20 * MS;
+            d.learn(1, MS, 20 * MS, true, t);
+        }
+        d.learn(1, 20 * MS, 20 * MS, false, t + PROBE_SOON - MS);
+        assert!(!d.probe_due(1));
+        t += PROBE_SOON;
+        d.learn(1, 20 * MS, 20 * MS, false, t);
+        assert!(d.probe_due(1));
+        let mut wait = PROBE_SOON;
+        for _ in 0..5 {
+            d.learn_probe(1, MS, 5 * MS, t);
+            wait = (wait * 2).min(PROBE_EVERY);
+            d.learn(1, 20 * MS, 20 * MS, false, t + wait - MS);
+            assert!(!d.probe_due(1), "light at its last probe: {} ms", wait / MS);
+            t += wait;
+            d.learn(1, 20 * MS, 20 * MS, false, t);
+            assert!(d.probe_due(1));
+        }
+        assert_eq!(wait, PROBE_EVERY);
+        // busy at a probe: known as busy, probed no sooner than PROBE_EVERY
+        d.learn_probe(1, 5 * MS, 5 * MS, t);
+        d.learn(1, 20 * MS, 20 * MS, false, t + PROBE_SOON);
+        assert!(!d.probe_due(1), "known as busy");
+        // light again alone, then busy beside others: soon
+        while d.get(1).unwrap() >= PROBE_AT {
+            t += 20 * MS;
+            d.learn(1, MS, 20 * MS, true, t);
+        }
+        d.learn(1, 20 * MS, 20 * MS, false, t + PROBE_SOON);
+        assert!(d.probe_due(1), "busy at its last probe, light since");
     }
 
     #[test]

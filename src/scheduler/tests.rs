@@ -1038,6 +1038,68 @@ fn processes_measured_light_in_their_start_up_stop_overlapping_after_their_probe
     );
 }
 
+/// Two processes of unequal weights (0.75 / 0.25) light for their first second (loading,
+/// compiling: a lease a tenth busy every 70 ms or so, mostly alone), then saturating. Measured
+/// light alone, they start beside each other, and beside each other they look busy: each is
+/// probed a quarter second after its last lease alone (and a quarter second of patience), and
+/// from then on they take turns.
+/// With two seconds from the last measurement alone to a probe, a CuPy loop ran beside a
+/// saturating one for 1.6 s after its start-up on an H200, both at equal turns of the driver.
+#[test]
+fn processes_that_grow_busy_after_a_light_start_up_are_probed_soon() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    let start_up = S;
+    // (client, session, start, end)
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
+    // in the start-up a process asks again 50 ms after its lease (host work between bursts)
+    let mut asks: Vec<(ClientId, SessionId, Nanos)> = vec![];
+    let (mut t, mut last_overlap) = (0, 0);
+    while t < 4 * S {
+        leases.retain(|&(c, sid, start, end)| {
+            if end > t {
+                return true;
+            }
+            let tenths = if t < start_up { 1 } else { 10 };
+            s.release(sid, (t - start) * tenths / 10, t);
+            if t < start_up {
+                asks.push((c, sid, t + 50 * MS + sid * MS));
+            } else {
+                s.acquire(c, sid, t);
+            }
+            false
+        });
+        asks.retain(|&(c, sid, at)| {
+            if at > t {
+                return true;
+            }
+            s.acquire(c, sid, t);
+            false
+        });
+        while let Some(g) = s.poll(t) {
+            leases.push((g.client, g.session, t, t + g.lease_ns));
+        }
+        if leases.len() > 1 {
+            last_overlap = t;
+        }
+        t += MS;
+    }
+    assert!(
+        last_overlap >= start_up,
+        "light at first, they overlapped: last at {} ms",
+        last_overlap / MS
+    );
+    assert!(
+        last_overlap <= start_up + 600 * MS,
+        "busy from {} ms on, they overlapped until {} ms",
+        start_up / MS,
+        last_overlap / MS
+    );
+}
+
 /// A lease granted alone that another starts beside is reported once, so that its holder
 /// learns that it is shared now; under MPS (no overlap by demand) nobody is told.
 #[test]
