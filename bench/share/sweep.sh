@@ -48,7 +48,9 @@
 #               A phase named twice runs twice, the second time as PHASE.2
 #   LOOP        the training loop of those phases [transformer], or a kind of
 #               mixed/lab_job.py: cnn (a small CNN, AdamW, autocast), mlp (launch-bound),
-#               dataload (host work in every step), tiny (tiny kernels, a synchronize each step)
+#               dataload (host work in every step), tiny (tiny kernels, a synchronize each step);
+#               or a loop of framework_job.py: jax (a transformer encoder in JAX), cupy (CuPy
+#               matmuls and a RawKernel)
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
@@ -222,6 +224,8 @@ loop_job() {
   shift 4
   if [[ $loop == transformer ]]; then
     launch "$f" "$u" "$e" transformer_job.py "$n" "$@"
+  elif [[ $loop == jax || $loop == cupy ]]; then
+    launch "$f" "$u" "$e" framework_job.py "$n" --kind "$loop" --cell "$loop" "$@"
   else
     launch "$f" "$u" "$e" lab_job.py "$n" --kind "$loop" --cell "$loop" "$@"
   fi
@@ -275,7 +279,7 @@ if ! bench_users "$u1" "$u2" >>"$out"; then
   json_line note="two users unavailable: every job runs as $u1, clients a/b both allow $u1" >>"$out"
   log "users gsbench1/gsbench2 unavailable: running every job as $u1"
 fi
-bench_copy "$here/kernel_job.py" "$here/transformer_job.py" "$here/../mixed/lab_job.py"
+bench_copy "$here/kernel_job.py" "$here/transformer_job.py" "$here/framework_job.py" "$here/../mixed/lab_job.py"
 
 declare -A shape=() kus=() solo_done=() tf_runs=()
 kernels=$(for c in ${cells//+/ } $quad_cells $alone_cells ${mix_cells//+/ } ${timeslice_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
