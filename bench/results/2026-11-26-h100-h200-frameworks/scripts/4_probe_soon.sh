@@ -1,0 +1,12 @@
+#!/bin/bash
+# probes soon after a light start-up (.devbase/new) beside the build before (.devbase/base, the
+# _alt phases): the CuPy loop pair; the JAX loop alone without the hook, with the hook and no
+# daemon (hooked), alone under gpushared, and as a pair with each build
+set -u
+B=$PWD/.devbase; N=$B/new; W=/tmp/w; rm -rf $W; mkdir -p $W
+for f in $B/*/*.xz; do [ -e "${f%.xz}" ] || xz -dk "$f"; chmod +x "${f%.xz}"; done
+nvidia-smi -L > $W/gpu.txt; cp $N/commit.txt $W/new_commit.txt; cp $B/base/commit.txt $W/base_commit.txt
+DAEMON_LOG=trace ALT_TARGET=$B/base TARGET=$N NAME=cupy LOOP=cupy CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare gpushare_alt" BUDGET=160 bench/share/sweep.sh $W > $W/cupy.log 2>&1
+xz -T4 $W/*.gpushared.log; tar czf $OUT/r4.tgz -C $W .
+DAEMON_LOG=trace ALT_TARGET=$B/base TARGET=$N NAME=jax LOOP=jax TF_STARTUP=30 CELLS="" QUAD_CELLS="" TRANSFORMER="hooked gpushare_alone gpushare gpushare_alt" BUDGET=330 bench/share/sweep.sh $W > $W/jax.log 2>&1
+xz -T4 $W/*.gpushared.log; tar czf $OUT/r4.tgz -C $W .
