@@ -1443,7 +1443,9 @@ fn requests_set_the_share_of_gpu_time() {
 /// An oversubscribing client gets managed memory for cuMemAlloc (more than the device holds),
 /// moves it to the host when its lease ends with another client waiting, and moves back its
 /// oldest allocations up to its resident budget when the token returns. All oversubscribing
-/// clients together stay within gpu.managed_memory.
+/// clients together stay within gpu.managed_memory. Each process has six leases of work, so that
+/// their work overlaps for several hand-overs however their starts fall (with three each, one
+/// run of the whole suite saw a single hand-over).
 #[test]
 fn oversubscribed_memory_moves_out_and_back_at_hand_overs() {
     let Some(_serial) = prepare() else {
@@ -1475,7 +1477,7 @@ users = ["{uid}"]
         format!("alloc:{gib}"),
         format!("alloc:{gib}"),
         "alloc:1048576".to_string(),
-        "launch:60:1000000".to_string(),
+        "launch:120:1000000".to_string(),
     ];
     let big_ops: Vec<&str> = big_ops.iter().map(String::as_str).collect();
     let a = big
@@ -1485,7 +1487,7 @@ users = ["{uid}"]
         .spawn()
         .unwrap();
     let b = other
-        .command(&["launch:60:1000000", "alloc:2147483648"])
+        .command(&["launch:120:1000000", "alloc:2147483648"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -33,12 +33,12 @@ const PROBE_AT: f64 = 0.5;
 /// it busy.
 pub const PROBE_SOON: Nanos = 250_000_000;
 /// The same at most (and for a session known as busy): each probe that finds the session light
-/// doubles the time, up to this. A
-/// light process that looks busy beside others (it waits for their work) is probed less and
-/// less often; one measured light in its start-up (loading data, compiling) that then keeps the
-/// GPU busy is probed within about [`PROBE_SOON`] and [`PROBE_PATIENCE`]. With this time from the
-/// start, a CuPy loop measured light in its first leases ran beside a saturating one, sharing the
-/// GPU equally and not 0.75 / 0.25, for 1.6 s until its probe (on an H200).
+/// doubles the time, up to this. A light process that looks busy beside others (it waits for
+/// their work) is probed less and less often; one measured light in its start-up (loading data,
+/// compiling) that then keeps the GPU busy is probed within about [`PROBE_SOON`] and
+/// [`PROBE_PATIENCE`]. With this time from the start, a CuPy loop measured light in its first
+/// leases ran beside a saturating one, sharing the GPU equally and not 0.75 / 0.25, for 1.6 s
+/// until its probe (on an H200).
 pub const PROBE_EVERY: Nanos = 2_000_000_000;
 /// How long a session may be due a probe before its probe comes ahead of those first in line
 /// ([`Demands::probe_overdue`]). A process due one is probed when it is first in line; one that
