@@ -610,6 +610,17 @@ fn gated(quantum: Nanos) -> Scheduler {
     s
 }
 
+/// A demand-gated scheduler (20 ms leases) with clients 1 (request 0.75) and 2 (0.25), their
+/// processes 10 and 20 waiting since 0.
+fn unequal_pair_waiting() -> Scheduler {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    s
+}
+
 #[test]
 fn processes_that_leave_the_gpu_idle_hold_leases_together() {
     let mut s = gated(20 * MS);
@@ -969,11 +980,7 @@ fn light_processes_keep_overlapping_though_they_look_busy_together() {
 /// overlapped 1.7 s of those 6 s, and the heavier held 0.64 of the time).
 #[test]
 fn processes_measured_light_in_their_start_up_stop_overlapping_after_their_probes() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.75, 1.0), 0);
-    s.set_client(2, shares(0.25, 1.0), 0);
-    s.acquire(1, 10, 0);
-    s.acquire(2, 20, 0);
+    let mut s = unequal_pair_waiting();
     let start_up = S;
     let span = 10 * S;
     let mut probes: BTreeMap<SessionId, u32> = BTreeMap::new();
@@ -1047,11 +1054,7 @@ fn processes_measured_light_in_their_start_up_stop_overlapping_after_their_probe
 /// saturating one for 1.6 s after its start-up on an H200, both at equal turns of the driver.
 #[test]
 fn processes_that_grow_busy_after_a_light_start_up_are_probed_soon() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.75, 1.0), 0);
-    s.set_client(2, shares(0.25, 1.0), 0);
-    s.acquire(1, 10, 0);
-    s.acquire(2, 20, 0);
+    let mut s = unequal_pair_waiting();
     let start_up = S;
     // (client, session, start, end)
     let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
