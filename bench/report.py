@@ -99,7 +99,7 @@ for path in sorted(glob.glob(os.path.join(d, "sweep*_summary.json"))):
         kern, solo = v.get("kernel"), sw.get("solo", {}).get(v["cell"], {})
         size = f"{kern} ({f(cal[kern]['kernel_us'], 0)} us" if kern in cal else f"{kern or v['cell']} ("
         size += (f"; solo {f(solo.get('us_per_kernel'), 0)} us each)" if "us_per_kernel" in solo
-                 else f"solo {f(solo.get('ms_per_step'), 1)} ms a step)" if "ms_per_step" in solo else ")")
+                 else f"solo {f(solo.get('ms_per_step'), 3)} ms a step)" if "ms_per_step" in solo else ")")
         if "jobs" not in v:
             rows.append([k, size, v.get("sync", "-"), "-", "-", "-", "-", "-", "-", "error: " + v.get("error", "?")])
             continue

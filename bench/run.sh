@@ -30,6 +30,8 @@
 #  15  a lab's mix: seven users' jobs of every kind at once (transformer, CNN, launch-bound MLP,
 #      13 ms matmuls never synchronizing, data loading, tiny kernels, inference) in the default
 #      configuration, against time-slicing (mixed/run.sh)
+#  16  other frameworks' training loops: two JAX transformer encoders, then two CuPy loops, under
+#      gpushare (0.75 / 0.25) and time-sliced (share/sweep.sh with LOOP=jax and LOOP=cupy)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -39,7 +41,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench/run.sh OUTPUT_DIR [PART...]}
 shift
-parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15}
+parts=${*:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TARGET=${TARGET:-$here/../target/release}
@@ -79,6 +81,10 @@ for part in $parts; do
     13) step multi_gpu 200 "$here/multi_gpu/run.sh" "$out" ;;
     14) step fair_share 200 "$here/fair_share/run.sh" "$out" ;;
     15) BUDGET=500 step mixed 560 "$here/mixed/run.sh" "$out" ;;
+    16) NAME=sweep_jax LOOP=jax TF_STARTUP=30 CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare timeslice" \
+          BUDGET=260 step sweep_jax 320 "$here/share/sweep.sh" "$out"
+        NAME=sweep_cupy LOOP=cupy CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare timeslice" \
+          BUDGET=200 step sweep_cupy 260 "$here/share/sweep.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done
