@@ -476,12 +476,13 @@ fn lease_budget(budget: u64, tight: bool) -> u64 {
 
 /// How much GPU time may be queued with `left_ns` of the lease left. On a lease of its own (not
 /// shared, not tight) the work queued has to be done by the lease's end plus `budget`, so early
-/// in a lease the queue may hold the rest of the lease as well: a training loop whose host thread runs ahead of the
-/// GPU in some phases of a step (launching large kernels) and behind it in others (launching
-/// many small ones, or doing host work) keeps the GPU fed through the slow phases, as without
-/// gpushare. Held to `budget` all along, a transformer training loop on an H100 ran at 0.69-0.98
-/// of its rate without the hook alone, and a pair of them (requests 0.75 / 0.25) made 0.90 of
-/// one loop's rate where time-slicing made 1.15; with 20 ms queued, alone 1.11 and the pair 1.15.
+/// in a lease the queue may hold the rest of the lease as well: a training loop whose host
+/// thread runs ahead of the GPU in some phases of a step (launching large kernels) and behind it
+/// in others (launching many small ones, or doing host work) keeps the GPU fed through the slow
+/// phases, as without gpushare. Held to `budget` all along, a transformer training loop on an
+/// H100 ran at 0.69-0.98 of its rate without the hook alone, and a pair of them (requests 0.75 /
+/// 0.25) made 0.90 of one loop's rate where time-slicing made 1.15; with 20 ms queued, alone
+/// 1.11 and the pair 1.15.
 /// Beside others (`shared`) the driver time-slices the GPU and the queue is held to `budget`;
 /// on a tight lease (an interactive client near) to a quarter of it.
 fn queue_budget(budget: u64, tight: bool, shared: bool, left_ns: u64) -> u64 {

@@ -84,8 +84,12 @@ impl Demand {
         }
     }
 
-    /// A lease alone (or a probe) ended at `now` and gave `estimate`.
-    fn measured_alone(&mut self, estimate: f64, now: Nanos) {
+    /// A lease alone (or a probe) ended at `now`: its busy fraction was `sample`, and it gave
+    /// `estimate`. Found busy, the process is probed soon again once it is light.
+    fn measured_alone(&mut self, estimate: f64, sample: f64, now: Nanos) {
+        if sample >= PROBE_AT {
+            self.probe_after = PROBE_SOON;
+        }
         self.estimate = estimate;
         self.due_since = None;
         self.measured_at = Some(now);
@@ -167,12 +171,10 @@ impl Demands {
         } else {
             d.estimate
         };
-        d.probe_after = if sample < PROBE_AT {
-            d.probe_after.saturating_mul(2).min(PROBE_EVERY)
-        } else {
-            PROBE_SOON
-        };
-        d.measured_alone(estimate, now);
+        if sample < PROBE_AT {
+            d.probe_after = d.probe_after.saturating_mul(2).min(PROBE_EVERY);
+        }
+        d.measured_alone(estimate, sample, now);
     }
 
     /// A lease of `session` ended at `now` after `wall_ns`, its work pending for `busy_ns` of it
@@ -197,10 +199,7 @@ impl Demands {
             } else {
                 toward(d.estimate, sample)
             };
-            if sample >= PROBE_AT {
-                d.probe_after = PROBE_SOON;
-            }
-            d.measured_alone(estimate, now);
+            d.measured_alone(estimate, sample, now);
             return;
         }
         if sample < d.estimate {

@@ -153,7 +153,8 @@ struct Lease {
     alone: bool,
     /// A short lease alone, to measure its process's demand ([`demand`]): nothing starts beside it.
     probe: bool,
-    /// Started ahead of the first in line, beside which that one can start ([`Scheduler::backfill`]).
+    /// Started ahead of the first in line, beside which that one can start
+    /// ([`Scheduler::backfill`]).
     backfilled: bool,
 }
 

@@ -102,8 +102,8 @@ impl Scheduler {
     }
 
     /// The client in `line` whose next process has been due a probe for
-    /// [`PROBE_PATIENCE`](super::demand::PROBE_PATIENCE), if any (without MPS): its probe comes first, as if it were
-    /// first in line. A process measured light in its start-up and busy all along since finds
+    /// [`PROBE_PATIENCE`](super::demand::PROBE_PATIENCE), if any (without MPS): its probe comes
+    /// first, as if it were first in line. A process measured light in its start-up and busy all along since finds
     /// room beside the running leases whenever the first in line does not
     /// ([`Scheduler::backfill`]), is charged a part of the time it runs, and is never first in
     /// line itself: four saturating processes of requests 0.4 / 0.3 / 0.2 / 0.1 of 50 us kernels
