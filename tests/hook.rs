@@ -1968,6 +1968,60 @@ fn a_process_with_an_empty_queue_checks_it_every_few_launches() {
     );
 }
 
+/// A process alone that synchronizes every 16 short kernels (20 us, about a CuPy loop of
+/// matmuls and element-wise kernels) finds its queue empty or short at most checks: it checks
+/// it once per many launches. Checks every eight launches cost such a loop on an H200 3-4% of
+/// its rate in its own leases (a query, a record and a capture-state read in the driver each,
+/// on the launch path of a loop that launches every 20 us).
+#[test]
+fn a_process_that_synchronizes_every_few_short_kernels_checks_its_queue_rarely() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let (checks, launched) = queue_checks_alone("run:400:20000:16:0");
+    assert!(launched >= 8000, "{launched} kernels of 20 us in 400 ms");
+    assert!(
+        checks * 16 < launched,
+        "{checks} queue checks for {launched} launches"
+    );
+}
+
+/// A process alone that keeps launching has its leases extended by its lease thread a quarter
+/// lease ahead of their ends: its launching thread never stops at a lease's end for a round
+/// trip to the daemon (20 ms leases: 5 ms of such stops a second before), and its queue never
+/// shrinks to `queue_ahead` there.
+#[test]
+fn a_busy_process_alone_is_extended_ahead_of_its_leases_ends() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let (out, err) = alone_with_stats(&["run:1000:20000:16:0"], &[]);
+    let launched = run_count(line(&out, "run "));
+    let extensions = stat(&err, "grants, ");
+    let ahead = stat(&err, "extensions (");
+    let renewing_ms: f64 = err
+        .rsplit("ahead of the end), ")
+        .next()
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no stats line: {err}"));
+    eprintln!(
+        "{launched} launches, {extensions} extensions ({ahead} ahead), {renewing_ms} ms renewing"
+    );
+    assert!(
+        extensions >= 30,
+        "{extensions} extensions in 1 s of 20 ms leases"
+    );
+    assert_eq!(
+        ahead, extensions,
+        "every extension ahead of the lease's end"
+    );
+    assert!(
+        renewing_ms < 2.0,
+        "the launching thread stopped {renewing_ms} ms at leases' ends"
+    );
+}
+
 /// The stats line's time per launch learnt last and the longest one, in microseconds, and the
 /// timed launches left out as slow on the host, of a process run alone under the hook on the
 /// fake's shared GPU with `env`.

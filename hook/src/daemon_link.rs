@@ -42,11 +42,42 @@ impl Link {
     }
 
     /// Sends a request whose reply comes when the daemon decides (`Acquire`): no time limit.
-    pub fn call_untimed(&mut self, req: &Request) -> io::Result<Reply> {
+    /// The reply is first waited for spinning, for at most `spin` ([`Link::spin_until_readable`]).
+    pub fn call_untimed(&mut self, req: &Request, spin: Duration) -> io::Result<Reply> {
         self.stream.set_read_timeout(None)?;
-        let reply = self.call(req);
+        self.send(req)?;
+        self.spin_until_readable(spin);
+        let reply = self.receive();
         self.stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
         reply
+    }
+
+    /// Polls the socket without blocking until it has something to read (or is closed, or
+    /// fails: the read that follows sees it), for at most `spin`, yielding the CPU between
+    /// polls (to threads ready to run on it, if any).
+    fn spin_until_readable(&self, spin: Duration) {
+        let start = std::time::Instant::now();
+        let mut byte = 0u8;
+        loop {
+            // SAFETY: a one-byte buffer of ours; MSG_PEEK leaves the byte in the socket.
+            let n = unsafe {
+                libc::recv(
+                    self.fd(),
+                    (&mut byte as *mut u8).cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            let would_block = n < 0
+                && matches!(
+                    io::Error::last_os_error().raw_os_error(),
+                    Some(libc::EAGAIN | libc::EINTR)
+                );
+            if !would_block || start.elapsed() >= spin {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Reads with no time limit from now on (a connection that only listens).
@@ -69,6 +100,40 @@ impl Link {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
+    use std::time::Instant;
+
+    /// A spin before a read ends when a reply is there to read, when the peer closed the
+    /// connection, or after its limit, and leaves the reply to the read.
+    #[test]
+    fn a_spin_ends_when_the_reply_comes_or_at_its_limit() {
+        let (mine, mut peer) = UnixStream::pair().unwrap();
+        let mut link = Link { stream: mine };
+        let start = Instant::now();
+        link.spin_until_readable(Duration::from_millis(30));
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(30), "spun {waited:?}");
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            peer.write_all(&Reply::Reserved { used: 7 }.to_frame().unwrap())
+                .unwrap();
+            peer
+        });
+        let start = Instant::now();
+        link.spin_until_readable(Duration::from_secs(10));
+        let waited = start.elapsed();
+        assert!(
+            waited < Duration::from_secs(5),
+            "spun {waited:?} past the reply"
+        );
+        assert_eq!(link.receive().unwrap(), Reply::Reserved { used: 7 });
+        drop(writer.join().unwrap());
+        let start = Instant::now();
+        link.spin_until_readable(Duration::from_secs(10));
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "spun past the close"
+        );
+    }
 
     #[test]
     fn requests_and_replies_travel_as_frames() {

@@ -269,9 +269,10 @@ pub enum Helper {
     cuDeviceGetUuid,
     cuEventElapsedTime_v2,
     cuEventElapsedTime,
+    cuCtxGetFlags,
 }
 
-static HELPERS: [Slot; 21] = [
+static HELPERS: [Slot; 22] = [
     Slot::new(c"cuStreamIsCapturing", Lib::Cuda),
     Slot::new(c"cuThreadExchangeStreamCaptureMode", Lib::Cuda),
     Slot::new(c"cuEventCreate", Lib::Cuda),
@@ -293,6 +294,7 @@ static HELPERS: [Slot; 21] = [
     Slot::new(c"cuDeviceGetUuid", Lib::Cuda),
     Slot::new(c"cuEventElapsedTime_v2", Lib::Cuda),
     Slot::new(c"cuEventElapsedTime", Lib::Cuda),
+    Slot::new(c"cuCtxGetFlags", Lib::Cuda),
 ];
 
 /// The real helper function as `F` (an `unsafe extern "C" fn` type of the right signature).

@@ -16,13 +16,14 @@
 //! reach it too.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicI32, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use crate::clock::{fast_deadline, fast_now, now_ns};
 use crate::cuda::*;
 use crate::devices::{self, Device};
 use crate::driver::{current_context, helper, Helper};
+use crate::grant_wait;
 use crate::lease::{
     exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE,
     GATE_AT, INTERACTIVE, LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER,
@@ -208,12 +209,14 @@ fn renew_lease(stream: Stream) {
         return renew_lease(stream);
     }
     let granted = match used {
-        Some((on, busy_ns)) if on.ordinal == here.ordinal => session::renew(here.id, busy_ns),
+        Some((on, busy_ns)) if on.ordinal == here.ordinal => {
+            session::renew(here.id, busy_ns, grant_wait::spin())
+        }
         Some((on, busy_ns)) => {
             session::release(on.id, busy_ns);
-            session::acquire(here.id)
+            session::acquire(here.id, grant_wait::spin())
         }
-        None => session::acquire(here.id),
+        None => session::acquire(here.id, grant_wait::spin()),
     };
     match granted {
         Some(lease_ns) => {
@@ -294,10 +297,11 @@ pub const INTERACTIVE_IDLE_NS: u64 = 500_000;
 /// that synchronizes every few kernels would then lose its turn at every lease end.
 pub const QUIET_NS: u64 = 1_000_000;
 
-/// The lease thread: samples how busy the lease keeps the GPU, and gives the token back when
-/// the process stops using it (after the lease's end, at once when revoked, and for an
-/// interactive client as soon as it is idle), instead of at its next launch, so that others do
-/// not wait for the daemon to take it back.
+/// The lease thread: samples how busy the lease keeps the GPU, asks ahead of its end to extend
+/// a lease the process is using ([`extend_ahead`]), and gives the token back when the process
+/// stops using it (after the lease's end, at once when revoked, and for an interactive client
+/// as soon as it is idle), instead of at its next launch, so that others do not wait for the
+/// daemon to take it back.
 fn watch() {
     loop {
         if EXITING.load(Acquire) || DEADLINE.load(Acquire) == u64::MAX {
@@ -311,6 +315,10 @@ fn watch() {
             continue;
         }
         pacing::sample(|| sample_stream(&seen));
+        if extension_due(&seen) {
+            extend_early(&seen);
+            continue;
+        }
         if !release_due(&seen) {
             let period = if pacing::relaxed() {
                 RELAXED_SAMPLE_NS
@@ -332,6 +340,53 @@ fn watch() {
         let busy = end_lease(&mut lease);
         session::release(device.id, busy);
         stats::GIVEN_BACK.add(1);
+    }
+}
+
+/// How long before its end the lease thread asks to extend a lease of `lease_ns` that its
+/// process is using: a quarter of it. Asked at the end by the launching thread, as before, an
+/// extension cost that thread a round trip to the daemon at every lease's end, and the queue of
+/// a process alone shrank to daemon.queue_ahead by then each time; so the GPU idled a little at
+/// each lease's end while nothing else waited. The daemon grants it as it would at the end (no
+/// waiting process goes first, not a probe, the limit allows it), charging what ran so far; a
+/// process that arrives meanwhile waits at most this much longer, once.
+pub fn extend_ahead(lease_ns: u64) -> u64 {
+    lease_ns / 4
+}
+
+/// The lease the lease thread last asked to extend ahead of its end (its grant time): asked
+/// once per lease, however the daemon answers.
+static ASKED_AHEAD: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the lease thread should ask now to extend `lease` ahead of its end: a batch client's
+/// lease, not revoked, with no thread of the process waiting for another GPU, in the last
+/// [`extend_ahead`] of it, not asked for yet, while the process has work on the GPU or launched
+/// within [`QUIET_NS`] (a process that left the GPU keeps no token by asking ahead).
+fn extension_due(lease: &Lease) -> bool {
+    let now = now_ns();
+    let left = lease.deadline.saturating_sub(now);
+    left > 0
+        && left <= extend_ahead(lease.deadline - lease.granted_at)
+        && ASKED_AHEAD.load(Relaxed) != lease.granted_at
+        && REVOKED_AT.load(Acquire) == 0
+        && !INTERACTIVE.load(Relaxed)
+        && WANTED.load(Acquire) < 0
+        && pacing::idle_for().is_none_or(|t| t < QUIET_NS)
+}
+
+/// Asks the daemon to extend `seen`, the lease still held, ahead of its end.
+fn extend_early(seen: &Lease) {
+    ASKED_AHEAD.store(seen.granted_at, Relaxed);
+    let mut lease = GATE.lock();
+    if *lease != *seen || EXITING.load(Acquire) || REVOKED_AT.load(Acquire) != 0 {
+        return; // renewed or released by a launching thread meanwhile
+    }
+    if let Some((lease_ns, contended)) = session::extend(lease.device.id) {
+        stats::EXTENSIONS.add(1);
+        stats::EXTENDED_AHEAD.add(1);
+        lease.grant(now_ns(), lease_ns);
+        residency::extended(contended);
+        publish(&lease, lease_ns);
     }
 }
 

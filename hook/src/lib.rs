@@ -26,7 +26,8 @@
 //! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
 //!    table of wrapped symbols), [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions)
 //!    and [`devices`] (which GPU a call is about);
-//! 3. the lease state and its pacing: [`kernel_timer`], [`pacing`], [`lease`];
+//! 3. the lease state and its pacing: [`kernel_timer`], [`pacing`], [`lease`], and how a
+//!    thread waits for a grant, [`grant_wait`];
 //! 4. the policies: [`revocation`], [`residency`], [`session`], [`memory`], [`memory_info`],
 //!    [`gate`], [`launch`];
 //! 5. the exported `extern "C"` entry points: [`exports`].
@@ -43,6 +44,7 @@ mod driver;
 mod exports;
 mod fork_safe;
 mod gate;
+mod grant_wait;
 mod guard;
 mod interpose;
 mod kernel_timer;

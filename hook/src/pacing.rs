@@ -31,8 +31,8 @@ use crate::stats;
 pub const CHECK_EVERY_NS: u64 = 100_000;
 /// The same on a relaxed lease ([`relaxed`]).
 pub const RELAXED_CHECK_EVERY_NS: u64 = 400_000;
-/// Most markers in flight: a queue of [`MOST_QUEUED`] launches with a marker every
-/// [`MOST_SPACING`], twice over.
+/// Most markers in flight: twice the [`SHARED_MOST_MARKERS`] that hold a queue back beside
+/// others, with room for the lease thread's own.
 const RING: usize = 64;
 /// Beside others, markers pending past which a launch over its allowance waits (kernels not
 /// known to be long).
@@ -41,8 +41,9 @@ const SHARED_MOST_MARKERS: usize = 31;
 const MOST_QUEUED: u64 = 256;
 /// Markers per queue budget while backlogged: how finely the queue is seen to drain.
 const MARKERS_PER_BUDGET: u64 = 8;
-/// Most launches from one marker to the next while backlogged.
-const MOST_SPACING: u64 = 8;
+/// Most launches from one marker to the next while backlogged, and from one check to the next
+/// while the queue is empty.
+const MOST_SPACING: u64 = 32;
 
 /// Record a marker after the launch under way (set at a check, taken after the launch).
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);

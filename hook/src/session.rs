@@ -484,13 +484,15 @@ fn unexpected(r: Reply) -> std::io::Error {
     )
 }
 
-/// Blocks until the daemon grants the token of `device`; the lease length, or `None` when
-/// unmanaged.
-pub fn acquire(device: DeviceId) -> Option<u64> {
-    with_link(|l| match l.call_untimed(&Request::Acquire { device })? {
-        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
-        r => Err(unexpected(r)),
-    })
+/// Blocks until the daemon grants the token of `device` (spinning first for at most `spin`);
+/// the lease length, or `None` when unmanaged.
+pub fn acquire(device: DeviceId, spin: Duration) -> Option<u64> {
+    with_link(
+        |l| match l.call_untimed(&Request::Acquire { device }, spin)? {
+            Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
+            r => Err(unexpected(r)),
+        },
+    )
 }
 
 /// A grant of `lease_ns` with `flags` arrived (`extended`: in answer to an extension): counts
@@ -504,11 +506,11 @@ fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
 }
 
 /// Gives the token back with the time its work kept the GPU busy and waits in line for the next
-/// lease, in one request, so the daemon weighs this process among the waiting ones; the lease
-/// length, or `None` when unmanaged.
-pub fn renew(device: DeviceId, busy_ns: u64) -> Option<u64> {
+/// lease, in one request, so the daemon weighs this process among the waiting ones (spinning
+/// first for at most `spin`); the lease length, or `None` when unmanaged.
+pub fn renew(device: DeviceId, busy_ns: u64, spin: Duration) -> Option<u64> {
     with_link(
-        |l| match l.call_untimed(&Request::Renew { device, busy_ns })? {
+        |l| match l.call_untimed(&Request::Renew { device, busy_ns }, spin)? {
             Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
             r => Err(unexpected(r)),
         },

@@ -30,8 +30,10 @@ impl Counter {
 
 /// Leases granted after a wait for the daemon (the first, or after giving one back).
 pub static GRANTS: Counter = Counter::new();
-/// Leases extended at their end, nobody waiting behind.
+/// Leases extended, nobody waiting behind, and how many of them the lease thread extended ahead
+/// of their end.
 pub static EXTENSIONS: Counter = Counter::new();
+pub static EXTENDED_AHEAD: Counter = Counter::new();
 /// Nanoseconds launching threads spent ending a lease and waiting for the next (a lease's work
 /// drained, the daemon's answer awaited).
 pub static RENEW_NS: Counter = Counter::new();
@@ -75,13 +77,14 @@ pub fn configure() {
 pub fn line() -> String {
     let ms = |c: &Counter| c.get() as f64 / 1e6;
     format!(
-        "stats: {} grants, {} extensions, {:.1} ms renewing, {} given back by the lease thread; \
+        "stats: {} grants, {} extensions ({} ahead of the end), {:.1} ms renewing, {} given back by the lease thread; \
          {} queue checks, {} waits ({:.1} ms), {} launches passed unchecked, {} markers dropped \
          (ring full); {} samples, {} sampling markers; {} launches timed ({} slow on the host), \
          {} lowered the time per launch learnt, {} seen done too late to learn from, now {} us \
          (at most {} us)",
         GRANTS.get(),
         EXTENSIONS.get(),
+        EXTENDED_AHEAD.get(),
         ms(&RENEW_NS),
         GIVEN_BACK.get(),
         CHECKS.get(),
@@ -119,12 +122,13 @@ mod tests {
     fn the_line_shows_the_counters() {
         let _counters = TEST_GLOBALS.lock();
         EXTENSIONS.set(3);
+        EXTENDED_AHEAD.set(2);
         PER_LAUNCH_MAX_NS.set(0);
         PER_LAUNCH_MAX_NS.set_max(40_000);
         PER_LAUNCH_MAX_NS.set_max(20_000);
         PER_LAUNCH_NS.set(12_000);
         let l = line();
-        assert!(l.contains("3 extensions"), "{l}");
+        assert!(l.contains("3 extensions (2 ahead of the end)"), "{l}");
         assert!(l.contains("now 12 us (at most 40 us)"), "{l}");
     }
 }
