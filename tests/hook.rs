@@ -1970,9 +1970,9 @@ fn a_process_with_an_empty_queue_checks_it_every_few_launches() {
 
 /// A process alone that synchronizes every 16 short kernels (20 us, about a CuPy loop of
 /// matmuls and element-wise kernels) finds its queue empty or short at most checks: it checks
-/// it once per many launches. Checks every eight launches cost such a loop on an H200 3-4% of
-/// its rate in its own leases (a query, a record and a capture-state read in the driver each,
-/// on the launch path of a loop that launches every 20 us).
+/// it once per many launches. Each check is a query, a record and a capture-state read in the
+/// driver on the launch path: every eight launches, a CuPy loop alone under gpushared on an H100
+/// kept 0.957 and 0.977 of its rate, with checks up to 32 launches apart 1.003 and 0.976.
 #[test]
 fn a_process_that_synchronizes_every_few_short_kernels_checks_its_queue_rarely() {
     let Some(_serial) = prepare() else {

@@ -2,14 +2,15 @@
 //! the GPU by default, or blocking.
 //!
 //! A process that takes turns on the GPU waits for the token in each of the others' turns.
-//! Blocked there, its CPU idles: on an H100 host (a virtual machine) a host-bound loop then ran
-//! slower in its own turns than alone, the CPU not yet back to speed (a pair of CuPy loops of
-//! 20 us kernels, 0.25 / 0.75, lost 1.2 points each; a pair of transformer training loops, bound
-//! by their host threads, 0.660 / 0.216 blocked against 0.750 / 0.244 spinning). Without
-//! gpushare such a process would spin in its synchronizes instead, the driver's default while
-//! the CPUs outnumber the busy threads. So the wait spins (polling the socket and yielding the
-//! CPU between polls) for at most [`SPIN_LIMIT`], then blocks, unless the program asked the
-//! driver to block in its waits (`CU_CTX_SCHED_BLOCKING_SYNC`) or the CPUs are busy: fewer than
+//! Blocked there, its CPU idles, and on an H100 host (a virtual machine) a loop that synchronizes
+//! after each short kernel then ran slower for a while after each grant: a pair of loops of 50 us
+//! kernels (0.75 / 0.25) got 0.697 / 0.228 of their rates alone blocking and 0.727 / 0.237
+//! waiting so, a pair of CuPy loops 0.738 / 0.240 and 0.745 / 0.247. A tight loop of polls (a
+//! pause instruction between them) did not help; yielding the CPU between polls did. Without
+//! gpushare such a process would spin in its synchronizes instead, the driver's default while the
+//! CPUs outnumber the busy threads. So the wait polls the socket, yielding between polls, for at
+//! most [`SPIN_LIMIT`], then blocks; it blocks at once where the program asked the driver to
+//! block in its waits (`CU_CTX_SCHED_BLOCKING_SYNC`) or the CPUs are busy: fewer than
 //! [`MIN_CPUS`] for this process, or no more of them than threads ready to run.
 
 use std::time::Duration;
