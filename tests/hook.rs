@@ -858,19 +858,18 @@ fn recording_daemon_with_mps(
     (path, server)
 }
 
-/// A process that stops launching gives the token back soon after its lease ends (the idle
-/// releaser), not only at its next launch.
-#[test]
-fn an_idle_holder_releases_the_token_after_its_lease() {
-    use gpushare::protocol::Request;
-    let Some(_serial) = prepare() else {
-        return;
-    };
+/// The requests, with their times, that the client running `ops` under the hook sent to a
+/// [`recording_daemon`] (one that grants every extension if `extending`).
+fn requests_of_run(extending: bool, ops: &[&str]) -> Vec<(Duration, gpushare::protocol::Request)> {
     let dir = tempfile::tempdir().unwrap();
-    let (socket, server) = recording_daemon(dir.path());
+    let (socket, server) = if extending {
+        recording_daemon_extending(dir.path())
+    } else {
+        recording_daemon(dir.path())
+    };
     let f = fakes().unwrap();
     let out = Command::new(f.client(Via::ProcAddress))
-        .args(["launch:2:1000000", "sleep:400", "launch:2:1000000"])
+        .args(ops)
         .env("LD_LIBRARY_PATH", &f.dir)
         .env("LD_PRELOAD", hook("debug"))
         .env("GPUSHARE_SOCKET", &socket)
@@ -881,7 +880,21 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let seen = server.join().unwrap();
+    server.join().unwrap()
+}
+
+/// A process that stops launching gives the token back soon after its lease ends (the idle
+/// releaser), not only at its next launch.
+#[test]
+fn an_idle_holder_releases_the_token_after_its_lease() {
+    use gpushare::protocol::Request;
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let seen = requests_of_run(
+        false,
+        &["launch:2:1000000", "sleep:400", "launch:2:1000000"],
+    );
     let kinds: Vec<&Request> = seen.iter().map(|(_, r)| r).collect();
     assert!(
         matches!(
@@ -920,22 +933,10 @@ fn extensions_are_asked_ahead_only_while_the_process_uses_its_lease() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let (socket, server) = recording_daemon_extending(dir.path());
-    let f = fakes().unwrap();
-    let out = Command::new(f.client(Via::ProcAddress))
-        .args(["run:100:200000:0:0", "sleep:300", "launch:1:1000000"])
-        .env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", hook("debug"))
-        .env("GPUSHARE_SOCKET", &socket)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let seen = requests_of_run(
+        true,
+        &["run:100:200000:0:0", "sleep:300", "launch:1:1000000"],
     );
-    let seen = server.join().unwrap();
     let at = |i: usize| seen[i].0;
     let acquired = seen
         .iter()
@@ -2021,20 +2022,26 @@ fn queue_checks_alone(op: &str) -> (u64, u64) {
     (checks, launched)
 }
 
+/// Runs the `run:` op `op` alone under the hook ([`queue_checks_alone`]) and asserts that it
+/// launched at least `least` kernels and checked its queue less than once per `per` launches.
+fn checks_alone_at_most(op: &str, least: u64, per: u64) {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let (checks, launched) = queue_checks_alone(op);
+    assert!(launched >= least, "{launched} kernels ({op})");
+    assert!(
+        checks * per < launched,
+        "{checks} queue checks for {launched} launches"
+    );
+}
+
 /// A process alone that keeps its queue full (short kernels, never synchronizing) checks its
 /// queue and records a marker every few launches, not at every one: a training loop whose host
 /// is its bottleneck pays for each driver call on its launch path.
 #[test]
 fn a_backlogged_process_alone_checks_its_queue_every_few_launches() {
-    let Some(_serial) = prepare() else {
-        return;
-    };
-    let (checks, launched) = queue_checks_alone("run:400:50000:0:0");
-    assert!(launched >= 2000, "{launched} kernels of 50 us in 400 ms");
-    assert!(
-        checks * 2 < launched,
-        "{checks} queue checks for {launched} launches"
-    );
+    checks_alone_at_most("run:400:50000:0:0", 2000, 2);
 }
 
 /// A process alone whose queue is empty at each launch (50 us kernels, a synchronize after
@@ -2044,15 +2051,7 @@ fn a_backlogged_process_alone_checks_its_queue_every_few_launches() {
 /// ran at 0.96 of its rate alone under gpushared).
 #[test]
 fn a_process_with_an_empty_queue_checks_it_every_few_launches() {
-    let Some(_serial) = prepare() else {
-        return;
-    };
-    let (checks, launched) = queue_checks_alone("run:400:50000:1:0");
-    assert!(launched >= 1000, "{launched} kernels of 50 us in 400 ms");
-    assert!(
-        checks * 4 < launched,
-        "{checks} queue checks for {launched} launches"
-    );
+    checks_alone_at_most("run:400:50000:1:0", 1000, 4);
 }
 
 /// A process alone that synchronizes every 16 short kernels (20 us, about a CuPy loop of
@@ -2062,15 +2061,7 @@ fn a_process_with_an_empty_queue_checks_it_every_few_launches() {
 /// kept 0.957 and 0.977 of its rate, with checks up to 32 launches apart 1.003 and 0.976.
 #[test]
 fn a_process_that_synchronizes_every_few_short_kernels_checks_its_queue_rarely() {
-    let Some(_serial) = prepare() else {
-        return;
-    };
-    let (checks, launched) = queue_checks_alone("run:400:20000:16:0");
-    assert!(launched >= 8000, "{launched} kernels of 20 us in 400 ms");
-    assert!(
-        checks * 16 < launched,
-        "{checks} queue checks for {launched} launches"
-    );
+    checks_alone_at_most("run:400:20000:16:0", 8000, 16);
 }
 
 /// A process alone that keeps launching has its leases extended by its lease thread a quarter
