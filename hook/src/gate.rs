@@ -172,11 +172,7 @@ fn renew_lease(stream: Stream) {
     if lease.holding && !switching && !other_waits && REVOKED_AT.load(Acquire) == 0 {
         // No other process goes first: carry on without draining the queue, which would leave
         // the GPU idle until the queue fills again.
-        if let Some((lease_ns, contended)) = session::extend(lease.device.id) {
-            stats::EXTENSIONS.add(1);
-            lease.grant(now_ns(), lease_ns);
-            residency::extended(contended);
-            publish(&lease, lease_ns);
+        if extend(&mut lease) {
             wake_watcher();
             return;
         }
@@ -208,15 +204,14 @@ fn renew_lease(stream: Stream) {
         drop(lease);
         return renew_lease(stream);
     }
+    let spin = grant_wait::spin();
     let granted = match used {
-        Some((on, busy_ns)) if on.ordinal == here.ordinal => {
-            session::renew(here.id, busy_ns, grant_wait::spin())
-        }
+        Some((on, busy_ns)) if on.ordinal == here.ordinal => session::renew(here.id, busy_ns, spin),
         Some((on, busy_ns)) => {
             session::release(on.id, busy_ns);
-            session::acquire(here.id, grant_wait::spin())
+            session::acquire(here.id, spin)
         }
-        None => session::acquire(here.id, grant_wait::spin()),
+        None => session::acquire(here.id, spin),
     };
     match granted {
         Some(lease_ns) => {
@@ -235,6 +230,19 @@ fn renew_lease(stream: Stream) {
 
 /// The device ordinal a thread of a process on several GPUs waits to launch on (-1: none).
 static WANTED: AtomicI32 = AtomicI32::new(-1);
+
+/// Asks the daemon to extend `lease`, held; if it does, the lease restarts now and the gate
+/// opens for it. Whether it was extended.
+fn extend(lease: &mut Lease) -> bool {
+    let Some((lease_ns, contended)) = session::extend(lease.device.id) else {
+        return false;
+    };
+    stats::EXTENSIONS.add(1);
+    lease.grant(now_ns(), lease_ns);
+    residency::extended(contended);
+    publish(lease, lease_ns);
+    true
+}
 
 /// Opens the gate for `lease`, just granted (or extended) for `lease_ns`. The first launch
 /// checks the queue.
@@ -350,7 +358,7 @@ fn watch() {
 /// each lease's end while nothing else waited. The daemon grants it as it would at the end (no
 /// waiting process goes first, not a probe, the limit allows it), charging what ran so far; a
 /// process that arrives meanwhile waits at most this much longer, once.
-pub fn extend_ahead(lease_ns: u64) -> u64 {
+fn extend_ahead(lease_ns: u64) -> u64 {
     lease_ns / 4
 }
 
@@ -381,12 +389,8 @@ fn extend_early(seen: &Lease) {
     if *lease != *seen || EXITING.load(Acquire) || REVOKED_AT.load(Acquire) != 0 {
         return; // renewed or released by a launching thread meanwhile
     }
-    if let Some((lease_ns, contended)) = session::extend(lease.device.id) {
-        stats::EXTENSIONS.add(1);
+    if extend(&mut lease) {
         stats::EXTENDED_AHEAD.add(1);
-        lease.grant(now_ns(), lease_ns);
-        residency::extended(contended);
-        publish(&lease, lease_ns);
     }
 }
 

@@ -19,7 +19,7 @@ use crate::cuda::*;
 use crate::driver::{helper, Helper};
 
 /// The longest a thread spins waiting for a grant before it blocks: a few turns of the others.
-pub const SPIN_LIMIT: Duration = Duration::from_millis(100);
+const SPIN_LIMIT: Duration = Duration::from_millis(100);
 /// Fewer CPUs than this for the process: a waiting thread blocks at once (a spinning one would
 /// take a CPU from the threads that launch).
 const MIN_CPUS: usize = 4;
@@ -35,7 +35,7 @@ pub fn spin() -> Duration {
 
 /// How long to spin for a context of `flags` (`None`: unknown) with `cpus` for this process and
 /// `runnable` threads ready to run on the machine (pure, unit-tested).
-pub fn spin_for(flags: Option<u32>, cpus: usize, runnable: Option<usize>) -> Duration {
+fn spin_for(flags: Option<u32>, cpus: usize, runnable: Option<usize>) -> Duration {
     let blocking = flags.is_some_and(|f| f & SCHED_MASK == SCHED_BLOCKING_SYNC);
     let busy = cpus < MIN_CPUS || runnable.is_some_and(|r| r >= cpus);
     if blocking || busy {
