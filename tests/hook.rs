@@ -736,7 +736,9 @@ fn rtld_next_still_sees_the_caller_through_the_hook() {
 
 /// Launches on a capturing stream are not gated (nothing may block or sync on it), and when a
 /// lease ends while a stream of it is capturing, the hook never records its event there (the
-/// fake says so on stderr, as the real driver would invalidate the capture).
+/// fake says so on stderr, as the real driver would invalidate the capture). The hook's own
+/// queries of its markers, on the launching thread beside a capture in the global mode (the
+/// default, and PyTorch's), do not invalidate it either.
 #[test]
 fn capturing_streams_are_not_gated_nor_touched() {
     let Some(_serial) = prepare() else {
@@ -755,10 +757,11 @@ fn capturing_streams_are_not_gated_nor_touched() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stdout.contains("capture 5 -> 0") && stdout.contains("capture_mix 40 -> 0"),
+        stdout.contains("capture 5 -> 0 end=0") && stdout.contains("capture_mix 40 -> 0 end=0"),
         "{stdout}{stderr}"
     );
     assert!(!stderr.contains("capturing stream"), "{stderr}");
+    assert!(!stderr.contains("global capture"), "{stderr}");
     let seen = server.join().unwrap();
     let releases = seen
         .iter()
@@ -772,6 +775,36 @@ fn capturing_streams_are_not_gated_nor_touched() {
         .count();
     // 80 ms of kernels on the null stream in 20 ms leases: leases ended during the capture.
     assert!(releases >= 2, "{seen:?}");
+}
+
+/// A CUDA graph captured while the process holds a lease (as PyTorch's `torch.cuda.graph`
+/// does, in the global mode, after warm-up launches): the lease thread samples the GPU queue
+/// meanwhile with event queries, which the driver counts as unsafe beside a global capture in
+/// any thread of the process; they must not invalidate the capture.
+#[test]
+fn a_capture_beside_a_held_lease_stays_valid() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::Link))
+        .args(["capture_held:60:2000000"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("GPUSHARE_STATS", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    drop(server.join().unwrap());
+    assert!(stdout.contains("end=0"), "{stdout}{stderr}");
+    assert!(!stderr.contains("global capture"), "{stderr}");
+    // The lease thread did sample during the capture.
+    let samples = stat(&stderr, "(ring full); ");
+    assert!(samples >= 20, "{stderr}");
 }
 
 /// A scripted stand-in for the daemon that records what one hook process says and when

@@ -10,6 +10,9 @@
             next one, loss.item() every step: the GPU idle part of every step
   tiny      a reinforcement-learning-like loop on a 64-wide policy, batch 32: a few dozen
             tiny kernels and one .item() per step: bound by launches and synchronizes alone
+  graphed   the cnn's network and batch with SGD, its whole training step (forward, backward,
+            optimizer) captured once in a CUDA graph and replayed (what torch.compile's
+            "reduce-overhead" mode does): one graph launch per step, loss.item() every 20
 
 Each runs its steps until the absolute time --until and prints one JSON line: its name, phase,
 kind and (time.time(), steps done) samples, one at each synchronize point (at most one per
@@ -20,7 +23,7 @@ import torch
 
 p = argparse.ArgumentParser()
 p.add_argument("name")
-p.add_argument("--kind", required=True, choices=["mlp", "cnn", "dataload", "tiny"])
+p.add_argument("--kind", required=True, choices=["mlp", "cnn", "dataload", "tiny", "graphed"])
 p.add_argument("--phase", default="")
 p.add_argument("--cell", default="", help="the cell recorded for share/sweep_analyze.py (default: the kind)")
 p.add_argument("--mode", default="")
@@ -49,12 +52,16 @@ def mlp():
     return step, 10
 
 
-def cnn():
+def cnn_model():
     def block(i, o):
         return [torch.nn.Conv2d(i, o, 3, padding=1, bias=False), torch.nn.BatchNorm2d(o), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*block(3, 64), *block(64, 128), torch.nn.MaxPool2d(2), *block(128, 256),
-                                torch.nn.MaxPool2d(2), *block(256, 256), torch.nn.AdaptiveAvgPool2d(1),
-                                torch.nn.Flatten(), torch.nn.Linear(256, 10)).to(dev, memory_format=torch.channels_last)
+    return torch.nn.Sequential(*block(3, 64), *block(64, 128), torch.nn.MaxPool2d(2), *block(128, 256),
+                               torch.nn.MaxPool2d(2), *block(256, 256), torch.nn.AdaptiveAvgPool2d(1),
+                               torch.nn.Flatten(), torch.nn.Linear(256, 10)).to(dev, memory_format=torch.channels_last)
+
+
+def cnn():
+    model = cnn_model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = [torch.randn(256, 3, 32, 32, device=dev).contiguous(memory_format=torch.channels_last) for _ in range(8)]
     y = torch.randint(0, 10, (8, 256), device=dev)
@@ -109,7 +116,36 @@ def tiny():
     return step, 1
 
 
-step, every = {"mlp": mlp, "cnn": cnn, "dataload": dataload, "tiny": tiny}[a.kind]()
+def graphed():
+    model = cnn_model()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    x = torch.randn(256, 3, 32, 32, device=dev).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (256,), device=dev)
+
+    def train():
+        with torch.autocast(dev, dtype=torch.bfloat16, cache_enabled=False):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        return loss
+    side = torch.cuda.Stream()  # warm-up on a side stream, as graph capture needs
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            train()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = train()
+
+    def step(i):
+        graph.replay()
+        return loss
+    return step, 20
+
+
+step, every = {"mlp": mlp, "cnn": cnn, "dataload": dataload, "tiny": tiny, "graphed": graphed}[a.kind]()
 for i in range(10):
     step(i)
 torch.cuda.synchronize()

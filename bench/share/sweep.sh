@@ -48,7 +48,8 @@
 #               A phase named twice runs twice, the second time as PHASE.2
 #   LOOP        the training loop of those phases [transformer], or a kind of
 #               mixed/lab_job.py: cnn (a small CNN, AdamW, autocast), mlp (launch-bound),
-#               dataload (host work in every step), tiny (tiny kernels, a synchronize each step);
+#               dataload (host work in every step), tiny (tiny kernels, a synchronize each step),
+#               graphed (the cnn step replayed as one CUDA graph);
 #               or a loop of framework_job.py: jax (a transformer encoder in JAX), cupy (CuPy
 #               matmuls and a RawKernel)
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and

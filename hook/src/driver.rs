@@ -307,6 +307,38 @@ pub unsafe fn helper<F: Copy>(h: Helper) -> Option<F> {
     (p != 0).then(|| std::mem::transmute_copy::<usize, F>(&p))
 }
 
+/// This thread's stream-capture interaction mode, relaxed while the guard lives and restored
+/// when it drops ([`relaxed_capture`]).
+pub struct RelaxedCapture(Option<u32>);
+
+/// Makes this thread's stream-capture interaction mode relaxed until the guard drops. The hook's
+/// own event queries and synchronizes are then never taken for a program's unsafe calls: in the
+/// driver's default (global) mode, one made by any thread while a thread of the process captures
+/// a graph in the global mode (as PyTorch's `torch.cuda.graph` does) fails, and the capture is
+/// lost.
+pub fn relaxed_capture() -> RelaxedCapture {
+    type F = unsafe extern "C" fn(*mut u32) -> CUresult;
+    // SAFETY: signature of cuThreadExchangeStreamCaptureMode; valid in/out pointer.
+    let previous =
+        unsafe { helper::<F>(Helper::cuThreadExchangeStreamCaptureMode) }.and_then(|f| {
+            let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+            (unsafe { f(&mut mode) } == CUDA_SUCCESS).then_some(mode)
+        });
+    RelaxedCapture(previous)
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        type F = unsafe extern "C" fn(*mut u32) -> CUresult;
+        if let Some(mut mode) = self.0 {
+            // SAFETY: as in relaxed_capture.
+            if let Some(f) = unsafe { helper::<F>(Helper::cuThreadExchangeStreamCaptureMode) } {
+                unsafe { f(&mut mode) };
+            }
+        }
+    }
+}
+
 /// The context current in this thread (0: none, or it cannot be read).
 pub fn current_context() -> usize {
     type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::clock::{fast_deadline, fast_now, now_ns};
 use crate::cuda::*;
 use crate::devices::{self, Device};
-use crate::driver::{current_context, helper, Helper};
+use crate::driver::{current_context, helper, relaxed_capture, Helper};
 use crate::grant_wait;
 use crate::lease::{
     exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE,
@@ -105,6 +105,8 @@ fn stop(stream: Stream) {
     if capturing(handle) {
         return; // captured work runs when its graph is launched
     }
+    // Another thread may capture meanwhile (a capture of this thread is on another stream).
+    let _relaxed = relaxed_capture();
     let next = pacing::check(handle, WAIT_LIMIT_NS.load(Relaxed), left);
     let at = if next == u64::MAX {
         u64::MAX
@@ -167,6 +169,8 @@ fn renew_lease(stream: Stream) {
             return;
         }
     }
+    // The queries and synchronizes of the lease's end, beside a capture of another thread.
+    let _relaxed = relaxed_capture();
     let switching = lease.holding && lease.device.ordinal != here.ordinal;
     let other_waits = WANTED.load(Acquire) >= 0;
     if lease.holding && !switching && !other_waits && REVOKED_AT.load(Acquire) == 0 {
@@ -311,6 +315,8 @@ pub const QUIET_NS: u64 = 1_000_000;
 /// as soon as it is idle), instead of at its next launch, so that others do not wait for the
 /// daemon to take it back.
 fn watch() {
+    // This thread's queries of the GPU queue must not invalidate a capture of the program's.
+    let _relaxed = relaxed_capture();
     loop {
         if EXITING.load(Acquire) || DEADLINE.load(Acquire) == u64::MAX {
             WATCHER.store(false, Release);
@@ -445,19 +451,17 @@ fn capturing(stream: CUstream) -> bool {
 
 /// Waits for the work launched during the lease on every stream it went to (those `nameable`
 /// from this thread and not capturing): one timing-off event, recorded on each stream in turn
-/// and synchronized, in the relaxed capture mode (so that captures in other threads are not
-/// disturbed). Returns true if all of them were already idle.
+/// and synchronized (its callers are in the relaxed capture mode, [`relaxed_capture`]). Returns
+/// true if all of them were already idle.
 fn wait_for_lease_work(limit_ns: u64, nameable: impl Fn(CUstream) -> bool) -> bool {
     let mut used = [std::ptr::null_mut(); streams::MAX];
     let n = streams::take(&mut used);
-    type Exchange = unsafe extern "C" fn(*mut u32) -> CUresult;
     type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
     type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
     type OnEvent = unsafe extern "C" fn(CUevent) -> CUresult;
     // SAFETY: the driver's signatures of these functions.
-    let (Some(exchange), Some(create), Some(record), Some(query), Some(destroy)) = (unsafe {
+    let (Some(create), Some(record), Some(query), Some(destroy)) = (unsafe {
         (
-            helper::<Exchange>(Helper::cuThreadExchangeStreamCaptureMode),
             helper::<Create>(Helper::cuEventCreate),
             helper::<Record>(Helper::cuEventRecord),
             helper::<OnEvent>(Helper::cuEventQuery),
@@ -469,8 +473,6 @@ fn wait_for_lease_work(limit_ns: u64, nameable: impl Fn(CUstream) -> bool) -> bo
     let mut idle = true;
     // SAFETY: valid out-pointers; the event is created and destroyed here.
     unsafe {
-        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        let exchanged = exchange(&mut mode) == CUDA_SUCCESS;
         let mut event: CUevent = std::ptr::null_mut::<c_void>();
         if create(&mut event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS {
             for &stream in &used[..n] {
@@ -485,9 +487,6 @@ fn wait_for_lease_work(limit_ns: u64, nameable: impl Fn(CUstream) -> bool) -> bo
             destroy(event);
         } else {
             idle = false;
-        }
-        if exchanged {
-            exchange(&mut mode);
         }
     }
     idle

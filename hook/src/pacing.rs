@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
 use crate::clock::now_ns;
 use crate::cuda::*;
-use crate::driver::{helper, Helper};
+use crate::driver::{helper, relaxed_capture, Helper};
 use crate::fork_safe::ForkSafe;
 use crate::kernel_timer;
 use crate::stats;
@@ -707,6 +707,7 @@ pub fn after_launch(stream: CUstream) {
 #[cold]
 fn mark(stream: CUstream) {
     MARK_AFTER.store(false, Relaxed);
+    let _relaxed = relaxed_capture();
     record_marker(stream, true);
 }
 

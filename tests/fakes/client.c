@@ -7,6 +7,9 @@
  *   launch:N:NS  launch_ptsz:N:NS  launch_ex:N:NS  coop:N:NS  graph:N:NS   N kernels of NS ns
  *   capture:N:NS    N launches on a capturing stream
  *   capture_mix:N:NS  N times: a launch on a capturing stream, then one on the null stream
+ *   capture_held:MS:NS  a kernel of NS ns on the null stream (the process takes a lease), then
+ *                   a capture of MS ms, a launch on it every 100 us
+ *   (each capture is in the global mode; its cuStreamEndCapture's result follows: "... end=R")
  *   threads:T:N     T threads, each launching N kernels of 1 ms
  *   gpu_threads:T:N  likewise, thread i on device i (its primary context made current)
  *   run:MS:NS:SYNC:GAP  kernels of NS ns for MS ms, a cuCtxSynchronize after every SYNC of them
@@ -404,8 +407,29 @@ static void run(const char *op) {
       r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
       if (r == 0) r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
     }
-    cu.end_capture(s, NULL);
-    printf("capture_mix %llu -> %d\n", a, r);
+    int end = cu.end_capture(s, NULL);
+    printf("capture_mix %llu -> %d end=%d\n", a, r, end);
+    fflush(stdout);
+    return;
+  }
+  if (!strcmp(name, "capture_held")) {
+    CUstream s = NULL;
+    uint64_t none = 0;
+    void *no_work[1] = {&none};
+    r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+    cu.stream_create(&s, 0);
+    cu.begin_capture(s, 0);
+    struct timespec t, e;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    unsigned long long k = 0;
+    do {
+      if (r == 0) r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, no_work, NULL);
+      k++;
+      usleep(100);
+      clock_gettime(CLOCK_MONOTONIC, &e);
+    } while ((e.tv_sec - t.tv_sec) * 1000 + (e.tv_nsec - t.tv_nsec) / 1000000 < (long long)a);
+    int end = cu.end_capture(s, NULL);
+    printf("capture_held %llu -> %d end=%d\n", k, r, end);
     fflush(stdout);
     return;
   }
@@ -433,8 +457,10 @@ static void run(const char *op) {
       } else if (!strcmp(name, "coop")) r = cu.coop(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params);
       else r = cu.graph(&ns, NULL);
     }
-    if (s) cu.end_capture(s, NULL);
-    printf("%s %llu -> %d\n", name, a, r);
+    int end = s ? cu.end_capture(s, NULL) : 0;
+    printf("%s %llu -> %d", name, a, r);
+    if (s) printf(" end=%d", end);
+    printf("\n");
   } else if (!strcmp(name, "alloc") || !strcmp(name, "managed") || !strcmp(name, "async") || !strcmp(name, "pool")) {
     CUdeviceptr p = 0;
     if (!strcmp(name, "alloc")) r = cu.alloc(&p, a);

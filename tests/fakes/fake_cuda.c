@@ -25,6 +25,12 @@
  * bytes each, default 16 GiB); an allocation counts on the current device (cuMemCreate: on the
  * device its properties name) and its free gives it back there. Events and streams
  * are trivial, since all work is finished when a launch returns; a stream can capture.
+ * Captures begun in the global mode (CU_STREAM_CAPTURE_MODE_GLOBAL, 0) are invalidated, as the
+ * real driver does, by a potentially unsafe call (an event query or synchronize, a stream or
+ * context synchronize) from any thread whose capture interaction mode
+ * (cuThreadExchangeStreamCaptureMode) is the global one, the default: the call fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900) and says so on stderr, and cuStreamEndCapture then
+ * fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901).
  *
  * Build: gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -o libcuda.so.1 fake_cuda.c
  * (-Bsymbolic: function addresses handed out by cuGetProcAddress are the library's own, as
@@ -52,7 +58,7 @@ typedef void *CUstream;
 #define ERR_NOT_FOUND 500
 #define EXPORT __attribute__((visibility("default")))
 
-struct fake_stream { int capturing; };
+struct fake_stream { int capturing, global; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
@@ -267,7 +273,11 @@ EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, int dev) {
 }
 EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
 EXPORT CUresult cuCtxGetDevice(int *d) { if (!d) return ERR_INVALID_VALUE; *d = current_device(); return OK; }
-EXPORT CUresult cuCtxSynchronize(void) { sleep_until(device_queued_until(current_device())); return OK; }
+static int capture_safe(const char *what);
+EXPORT CUresult cuCtxSynchronize(void) {
+  if (!capture_safe("cuCtxSynchronize")) return 900;
+  sleep_until(device_queued_until(current_device())); return OK;
+}
 EXPORT CUresult cuCtxGetCurrent(void **ctx) { *ctx = initialized ? (current_ctx ? current_ctx : device_ctx(0)) : NULL; return OK; }
 EXPORT CUresult cuCtxSetCurrent(void *ctx) { current_ctx = ctx; return OK; }
 static int primary_retained[MAX_DEVICES];
@@ -329,25 +339,50 @@ EXPORT CUresult cuGraphLaunch_ptsz(void *exec, CUstream s) { (void)s; void *p[1]
 /* ---- streams, capture, events ---- */
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, sizeof(struct fake_stream)); return OK; }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(device_queued_until(current_device())); return OK; }
+/* Captures in the global mode under way, and whether one of them was invalidated. */
+static int global_captures, captures_invalidated;
+static __thread int capture_mode; /* this thread's capture interaction mode (0: global) */
+/* A potentially unsafe call named `what`: whether it may go on (else the capture is invalid). */
+static int capture_safe(const char *what) {
+  if (capture_mode != 0 || !__atomic_load_n(&global_captures, __ATOMIC_ACQUIRE)) return 1;
+  __atomic_store_n(&captures_invalidated, 1, __ATOMIC_RELEASE);
+  fprintf(stderr, "fake_cuda: %s during a global capture\n", what);
+  return 0;
+}
+#define ERR_CAPTURE_UNSUPPORTED 900
+#define ERR_CAPTURE_INVALIDATED 901
+EXPORT CUresult cuStreamSynchronize(CUstream s) {
+  (void)s;
+  if (!capture_safe("cuStreamSynchronize")) return ERR_CAPTURE_UNSUPPORTED;
+  sleep_until(device_queued_until(current_device())); return OK;
+}
 static int is_real_stream(CUstream s) { return (uintptr_t)s > 0x10; }
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
-  (void)mode;
   if (!is_real_stream(s)) return ERR_INVALID_VALUE;
-  ((struct fake_stream *)s)->capturing = 1;
+  struct fake_stream *f = s;
+  f->capturing = 1;
+  f->global = mode == 0;
+  if (f->global && __atomic_fetch_add(&global_captures, 1, __ATOMIC_ACQ_REL) == 0)
+    __atomic_store_n(&captures_invalidated, 0, __ATOMIC_RELEASE);
   return OK;
 }
 EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) {
   if (!is_real_stream(s)) return ERR_INVALID_VALUE;
-  ((struct fake_stream *)s)->capturing = 0;
+  struct fake_stream *f = s;
+  f->capturing = 0;
   if (graph) *graph = NULL;
+  if (f->global) {
+    f->global = 0;
+    __atomic_fetch_sub(&global_captures, 1, __ATOMIC_ACQ_REL);
+    if (__atomic_load_n(&captures_invalidated, __ATOMIC_ACQUIRE)) return ERR_CAPTURE_INVALIDATED;
+  }
   return OK;
 }
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
   *status = is_real_stream(s) ? ((struct fake_stream *)s)->capturing : 0; return OK;
 }
 EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) { return cuStreamIsCapturing(s, status); }
-EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { static __thread int m; int old = m; m = *mode; *mode = old; return OK; }
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = capture_mode; capture_mode = *mode; *mode = old; return OK; }
 static int events_recorded;
 /* An event is the time the work recorded before it ends, or the time it was recorded on an idle
  * device (0: none). */
@@ -365,10 +400,14 @@ EXPORT CUresult cuEventRecord(void *e, CUstream s) {
 EXPORT CUresult cuEventRecord_ptsz(void *e, CUstream s) { return cuEventRecord(e, s); }
 /* FAKE_CUDA_NEVER_DONE: events never complete (work that waits on another process). */
 EXPORT CUresult cuEventQuery(void *e) {
+  if (!capture_safe("cuEventQuery")) return ERR_CAPTURE_UNSUPPORTED;
   if (getenv("FAKE_CUDA_NEVER_DONE")) return 600;
   return now_ns() >= *(uint64_t *)e ? OK : 600;
 }
-EXPORT CUresult cuEventSynchronize(void *e) { sleep_until(*(uint64_t *)e); return OK; }
+EXPORT CUresult cuEventSynchronize(void *e) {
+  if (!capture_safe("cuEventSynchronize")) return ERR_CAPTURE_UNSUPPORTED;
+  sleep_until(*(uint64_t *)e); return OK;
+}
 EXPORT CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
 EXPORT CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
   uint64_t ta = *(uint64_t *)a, tb = *(uint64_t *)b;
