@@ -916,6 +916,48 @@ fn requests_of_run(extending: bool, ops: &[&str]) -> Vec<(Duration, gpushare::pr
     server.join().unwrap()
 }
 
+/// A kernel longer than the lease (100 ms, 20 ms leases) fills the queue past the lease's end, so
+/// the next launch waits for room; when that wait outlasts the lease, the launch waits for the
+/// next lease too (here a renewal per kernel), instead of running its kernel past the lease's end
+/// and renewing only at the launch after it (a renewal per two kernels).
+#[test]
+fn a_launch_whose_wait_for_room_outlasts_the_lease_waits_for_the_next() {
+    use gpushare::protocol::Request;
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let (_gpu_dir, _log, gpu) = shared_gpu_files();
+    let f = fakes().unwrap();
+    let out = Command::new(f.client(Via::ProcAddress))
+        .args(["run:800:100000000:0:0"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", hook("debug"))
+        .env("GPUSHARE_SOCKET", &socket)
+        .env("FAKE_CUDA_GPU", &gpu)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let seen = server.join().unwrap();
+    let kernels: usize = stdout
+        .split("run ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}{stderr}"));
+    let renewals = seen
+        .iter()
+        .filter(|(_, r)| matches!(r, Request::Renew { .. }))
+        .count();
+    assert!(kernels >= 6, "{stdout}{stderr}");
+    assert!(
+        renewals + 2 >= kernels,
+        "{renewals} renewals, {kernels} kernels: {seen:?}"
+    );
+}
+
 /// A process that stops launching gives the token back soon after its lease ends (the idle
 /// releaser), not only at its next launch.
 #[test]

@@ -108,6 +108,12 @@ fn stop(stream: Stream) {
     // Another thread may capture meanwhile (a capture of this thread is on another stream).
     let _relaxed = relaxed_capture();
     let next = pacing::check(handle, WAIT_LIMIT_NS.load(Relaxed), left);
+    if fast_now() >= DEADLINE.load(Acquire) {
+        // The wait for room outlasted the lease (a kernel longer than what was left of it still
+        // ran): this launch waits for the next lease, instead of running past this one's end.
+        renew(stream);
+        return;
+    }
     let at = if next == u64::MAX {
         u64::MAX
     } else {

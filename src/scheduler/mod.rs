@@ -13,7 +13,8 @@
 //!
 //! Charges come from the daemon's own clock, never from what a process reports: a lease is
 //! charged its wall time from grant to release, at most to its end plus the grace, after which
-//! the token is taken back (a process that dies or hangs holds it that long). A process releases
+//! the token is taken back (a process that dies or hangs holds it that long). A process whose
+//! work outlasted its grace earns a longer one, as long as its drains take ([`drains`]). A process releases
 //! only once the work it queued has finished, and it keeps at most a bounded amount queued, so
 //! that a lease's wall time is the GPU time it took.
 //!
@@ -48,6 +49,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 pub mod demand;
 pub mod devices;
+pub mod drains;
 pub mod fair_share;
 pub mod fairness;
 pub mod lease_log;
@@ -55,6 +57,7 @@ mod overlap;
 
 use demand::Demands;
 pub use devices::Schedulers;
+use drains::Drains;
 use lease_log::LeaseLog;
 
 /// Monotonic nanoseconds from an arbitrary origin.
@@ -216,8 +219,10 @@ impl SessionBook {
 pub struct Scheduler {
     quantum: Nanos,
     /// How long past its end a lease stays with its holder, for the work it queued to drain and
-    /// its release to arrive, before the token is taken back.
+    /// its release to arrive, before the token is taken back (longer for a process whose drains
+    /// took longer: [`drains`]).
     grace: Nanos,
+    drains: Drains,
     clients: BTreeMap<ClientId, Client>,
     /// The leases running now, at most `slots`.
     holders: Vec<Lease>,
@@ -253,6 +258,7 @@ impl Scheduler {
         Scheduler {
             quantum: quantum.max(1),
             grace: 0,
+            drains: Drains::default(),
             clients: BTreeMap::new(),
             holders: Vec::new(),
             owed_at: now,
@@ -397,14 +403,17 @@ impl Scheduler {
 
     /// `session` gives the token back; its work kept the GPU busy for `busy_ns` of the lease (as
     /// its process says: it only feeds the demand estimate, clamped to the lease's wall time).
-    /// The lease is charged its wall time. A release after the token was taken back changes
-    /// nothing: that lease was charged to its end and grace already.
+    /// The lease is charged its wall time. A release after the token was taken back charges
+    /// nothing (that lease was charged to its end and grace already); its process's drain took
+    /// that long ([`drains`]).
     pub fn release(&mut self, session: SessionId, busy_ns: Nanos, now: Nanos) {
         let Some(i) = self.holders.iter().position(|h| h.session == session) else {
+            self.drains.released_late(session, now, self.grace);
             return;
         };
         self.settle(now);
         let h = self.holders.swap_remove(i);
+        self.drains.released(session, h.end, now, self.grace);
         self.end_lease(h, busy_ns, now);
     }
 
@@ -527,6 +536,7 @@ impl Scheduler {
         self.release(session, 0, now);
         self.demand.remove(session);
         self.lease_log.forget(session);
+        self.drains.forget(session);
         let book = self.books.get_mut(&session);
         let waited = book.map_or(0, |b| b.end_wait(now));
         for c in self.clients.values_mut() {
@@ -573,13 +583,15 @@ impl Scheduler {
     /// waiting client furthest behind. Returns one grant to send, if any; call again until it
     /// returns `None`, then send [`Scheduler::take_revoked`] and [`Scheduler::take_joined`].
     pub fn poll(&mut self, now: Nanos) -> Option<Grant> {
-        let grace = self.grace;
         self.settle(now);
-        let (over, running): (Vec<Lease>, Vec<Lease>) =
-            self.holders.iter().partition(|h| now >= h.end + grace);
+        let (over, running): (Vec<Lease>, Vec<Lease>) = self
+            .holders
+            .iter()
+            .partition(|h| now >= h.end + self.drains.grace(h.session, self.grace));
         self.holders = running;
         for h in over {
             // Taken back: charged to its end and grace; its process was busy all along.
+            self.drains.taken_back(h.session, h.end);
             self.end_lease(h, Nanos::MAX, now);
         }
         self.prune_usage(now);
@@ -746,7 +758,11 @@ impl Scheduler {
     /// When `poll` next has something to do, if nothing else happens before (call it after
     /// `poll` returned `None`).
     pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
-        let mut earliest: Option<Nanos> = self.holders.iter().map(|h| h.end + self.grace).min();
+        let mut earliest: Option<Nanos> = self
+            .holders
+            .iter()
+            .map(|h| h.end + self.drains.grace(h.session, self.grace))
+            .min();
         for c in self.clients.values().filter(|c| !c.waiting.is_empty()) {
             // a client out of credit can go again once it has some
             let credit = c.credit_now(now, self.burst());

@@ -367,6 +367,43 @@ fn a_lease_is_kept_through_its_grace_and_released_inside_it() {
     assert_eq!(s.usage(2, 48 * MS).unwrap().charged_total, 25 * MS);
 }
 
+/// A process whose kernel outlasts the quantum and the grace is taken back in the middle of it
+/// once; its late release earns it a grace as long as that drain (and a quarter), so its next
+/// lease stays with it until the kernel ends, and the next holder's work does not run beside it.
+#[test]
+fn a_drain_longer_than_the_grace_earns_the_process_a_longer_one() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(50 * MS);
+    s.set_client(1, shares(0.75, 1.0), 0);
+    s.set_client(2, shares(0.25, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    // its 100 ms kernel still runs when the grace is out
+    assert_eq!(s.poll(70 * MS).unwrap().session, 20);
+    s.release(10, 100 * MS, 100 * MS);
+    s.acquire(1, 10, 100 * MS);
+    s.release(20, 20 * MS, 110 * MS);
+    s.acquire(2, 20, 110 * MS);
+    assert_eq!(s.poll(110 * MS).unwrap().session, 10);
+    // the drain took 80 ms past the end (20 ms): a grace of 100 ms
+    assert_eq!(
+        s.next_wakeup(110 * MS),
+        Some(230 * MS),
+        "its end, 130 ms, and 100 ms"
+    );
+    assert_eq!(s.poll(200 * MS), None, "kept through the drain it showed");
+    s.release(10, 100 * MS, 210 * MS);
+    assert_eq!(s.poll(210 * MS).unwrap().session, 20);
+    assert_eq!(
+        s.next_wakeup(210 * MS),
+        Some(280 * MS),
+        "the other's grace is as configured"
+    );
+    // charged its wall time: 70 ms taken back, then 100 ms held
+    assert_eq!(s.usage(1, 210 * MS).unwrap().charged_total, 170 * MS);
+}
+
 /// Several slots, stepped in 1 ms: each session renews at the end of its lease. Returns each
 /// client's held time as a fraction of `span`, and the most leases seen at once.
 fn run_slots(
