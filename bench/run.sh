@@ -13,7 +13,7 @@
 # the GPU has room) may fail, with Unix users gsbench1, gsbench2 (gsbench1-8 in part 10) created
 # when missing:
 #   7  share sweep: 50 us and 200 us kernels, synchronizing every 1, 4 or no kernels (share/sweep.sh)
-#   8  share sweep: 1.6 ms and 20 ms kernels, likewise
+#   8  share sweep: 1.6 ms, 20 ms and 100 ms kernels, likewise (100 ms: every kernel or never)
 #   9  share sweep: four clients (1.6 ms kernels sync 4, 50 us sync 1); transformer training
 #      loops, two under gpushare and two under time-slicing
 #  10  launch-bound MNIST-sized MLP jobs: gpushare's default configuration vs time-slicing
@@ -30,8 +30,9 @@
 #  15  a lab's mix: seven users' jobs of every kind at once (transformer, CNN, launch-bound MLP,
 #      13 ms matmuls never synchronizing, data loading, tiny kernels, inference) in the default
 #      configuration, against time-slicing (mixed/run.sh)
-#  16  other frameworks' training loops: two JAX transformer encoders, then two CuPy loops, under
-#      gpushare (0.75 / 0.25) and time-sliced (share/sweep.sh with LOOP=jax and LOOP=cupy)
+#  16  other frameworks' training loops: two JAX transformer encoders, then two CuPy loops, then
+#      two PyTorch CNN loops whose step is one CUDA graph, under gpushare (0.75 / 0.25) and
+#      time-sliced (share/sweep.sh with LOOP=jax, LOOP=cupy and LOOP=graphed)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -70,8 +71,8 @@ for part in $parts; do
     6) GPUSHARE_BIN=$TARGET step gpu_side 400 bash -c "'$here/gpu_side/run.sh' > '$out/gpu_side.jsonl'" ;;
     7) NAME=sweep_small CELLS="50us:1 50us:4 50us:0 200us:1 200us:4 200us:0" QUAD_CELLS="" TRANSFORMER="" \
          BUDGET=420 step sweep_small 500 "$here/share/sweep.sh" "$out" ;;
-    8) NAME=sweep_large CELLS="1600us:1 1600us:4 1600us:0 20ms:1 20ms:4 20ms:0" QUAD_CELLS="" TRANSFORMER="" \
-         BUDGET=420 step sweep_large 500 "$here/share/sweep.sh" "$out" ;;
+    8) NAME=sweep_large CELLS="1600us:1 1600us:4 1600us:0 20ms:1 20ms:4 20ms:0 100ms:1 100ms:0" QUAD_CELLS="" \
+         TRANSFORMER="" BUDGET=520 step sweep_large 580 "$here/share/sweep.sh" "$out" ;;
     9) NAME=sweep_quad CELLS="" QUAD_CELLS="1600us:4 50us:1" TRANSFORMER="gpushare timeslice" \
          BUDGET=420 step sweep_quad 500 "$here/share/sweep.sh" "$out" ;;
     10) BUDGET=420 step launch_bound 500 "$here/throughput/launch_bound.sh" "$out" ;;
@@ -84,7 +85,9 @@ for part in $parts; do
     16) NAME=sweep_jax LOOP=jax TF_STARTUP=30 CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare timeslice" \
           BUDGET=260 step sweep_jax 320 "$here/share/sweep.sh" "$out"
         NAME=sweep_cupy LOOP=cupy CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare timeslice" \
-          BUDGET=200 step sweep_cupy 260 "$here/share/sweep.sh" "$out" ;;
+          BUDGET=200 step sweep_cupy 260 "$here/share/sweep.sh" "$out"
+        NAME=sweep_graphed LOOP=graphed TF_STARTUP=20 CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare timeslice" \
+          BUDGET=150 step sweep_graphed 200 "$here/share/sweep.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done

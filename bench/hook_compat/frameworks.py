@@ -1,4 +1,4 @@
-"""Small deterministic workloads in PyTorch, CuPy and JAX. Prints one JSON line per framework with
+"""Small deterministic workloads in PyTorch (also captured in a CUDA graph), CuPy and JAX. Prints one JSON line per framework with
 results that must be identical with and without the hook, and what each framework sees as the
 device's memory (the hook reports the client's cap)."""
 import json, os, sys
@@ -22,6 +22,36 @@ if which == "torch":
     print(json.dumps({"framework": "torch", "loss": loss.item(),
                       "param_sum": sum(float(p.detach().double().sum()) for p in model.parameters()),
                       "mem_total": total}))
+elif which == "torch_graph":
+    # the training step captured once in a CUDA graph (torch.cuda.graph, the global capture mode)
+    # and replayed, as torch.compile's "reduce-overhead" mode does
+    import torch
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(1024, 256, device="cuda")
+    t = torch.randint(0, 10, (1024,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = torch.nn.functional.cross_entropy(model(x), t)
+        loss.backward()
+        opt.step()
+        return loss
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = step()
+    for _ in range(200):
+        graph.replay()
+    print(json.dumps({"framework": "torch_graph", "loss": loss.item(),
+                      "param_sum": sum(float(p.detach().double().sum()) for p in model.parameters())}))
 elif which == "cupy":
     import cupy as cp
     a = cp.random.RandomState(0).rand(512, 512, dtype=cp.float32)

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Unmodified programs under the hook give the same results as without it:
 #   bench/hook_compat/run.sh [OUTPUT_DIR]
-# PyTorch (training a small MLP, deterministic), CuPy (matmul, a RawKernel), JAX (matmul) and an
+# PyTorch (training a small MLP, deterministic; the same with its step captured in a CUDA
+# graph with torch.cuda.graph and replayed), CuPy (matmul, a RawKernel), JAX (matmul) and an
 # nvcc program launching through cudaLaunchKernelEx, each run plain and under the hook attached
 # as a client with an 8 GiB cap, whose size the frameworks must see. Needs nvcc and python3
 # with torch, cupy and jax (a framework that is missing is reported and skipped); gpushared and
@@ -25,7 +26,7 @@ for l in sys.stdin:
 nvcc -O2 -arch=sm_90 -o "$work/launch_ex" "$here/launch_ex.cu" 2>>"$out.err"
 "$work/launch_ex" | tag plain >>"$out"
 LD_PRELOAD=$preload "$work/launch_ex" | tag hook >>"$out"
-for fw in torch cupy jax; do
+for fw in torch torch_graph cupy jax; do
   python3 "$here/frameworks.py" $fw 2>>"$out.err" | tag plain >>"$out" || echo "{\"framework\":\"$fw\",\"run\":\"plain\",\"error\":\"failed, see hook_compat.jsonl.err\"}" >>"$out"
   LD_PRELOAD=$preload python3 "$here/frameworks.py" $fw 2>>"$out.err" | tag hook >>"$out" || echo "{\"framework\":\"$fw\",\"run\":\"hook\",\"error\":\"failed\"}" >>"$out"
 done
@@ -33,7 +34,7 @@ python3 - "$out" <<'PY' | tee "$outdir/hook_compat_summary.json"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 out = {}
-for key in ["launch_ex", "torch", "cupy", "jax"]:
+for key in ["launch_ex", "torch", "torch_graph", "cupy", "jax"]:
     r = {x["run"]: x for x in rows if x.get("bench") == key or x.get("framework") == key}
     p, h = r.get("plain", {}), r.get("hook", {})
     same = {k: p.get(k) == h.get(k) for k in p if k not in ("run", "mem_total", "bytes_limit", "framework", "bench")}

@@ -117,7 +117,7 @@ collect() {
   for f in "$@"; do
     grep -h '^gpushare: stats' "$f.err" 2>/dev/null | sed "s|^|$phase $(basename "$f"): |" >>"$outdir/$name.stats.txt"
     grep -h '^{' "$f" >>"$out" 2>/dev/null ||
-      json_line phase="$phase" job="$(basename "$f")" error="no result: $(grep -v '^gpushare' "$f.err" 2>/dev/null | tail -3 | tr '\n' ' ')" >>"$out"
+      json_line phase="$phase" job="$(basename "$f")" error="no result: $( (grep -m1 -E '^[A-Za-z.]*(Error|Exception)' "$f.err"; grep -v '^gpushare' "$f.err" | tail -3) 2>/dev/null | tr '\n' ' ')" >>"$out"
   done
 }
 # progress PHASE: the phase's shares so far, on stderr.
