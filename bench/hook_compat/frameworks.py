@@ -1,30 +1,14 @@
-"""Small deterministic workloads in PyTorch (also captured in a CUDA graph), CuPy and JAX. Prints one JSON line per framework with
-results that must be identical with and without the hook, and what each framework sees as the
-device's memory (the hook reports the client's cap)."""
+"""Small deterministic workloads in PyTorch (also captured in a CUDA graph), CuPy and JAX. Prints
+one JSON line per framework with results that must be identical with and without the hook, and
+what each framework sees as the device's memory (the hook reports the client's cap)."""
 import json, os, sys
 
 which = sys.argv[1]
 
-if which == "torch":
-    import torch
-    torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    x = torch.randn(1024, 256, device="cuda")
-    t = torch.randint(0, 10, (1024,), device="cuda")
-    for _ in range(200):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), t)
-        loss.backward()
-        opt.step()
-    free, total = torch.cuda.mem_get_info()
-    print(json.dumps({"framework": "torch", "loss": loss.item(),
-                      "param_sum": sum(float(p.detach().double().sum()) for p in model.parameters()),
-                      "mem_total": total}))
-elif which == "torch_graph":
-    # the training step captured once in a CUDA graph (torch.cuda.graph, the global capture mode)
-    # and replayed, as torch.compile's "reduce-overhead" mode does
+if which in ("torch", "torch_graph"):
+    # a small MLP's training step, 200 times; for torch_graph captured once in a CUDA graph
+    # (torch.cuda.graph, in the global capture mode) and replayed, as torch.compile's
+    # "reduce-overhead" mode does
     import torch
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
@@ -39,19 +23,25 @@ elif which == "torch_graph":
         loss.backward()
         opt.step()
         return loss
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        loss = step()
-    for _ in range(200):
-        graph.replay()
-    print(json.dumps({"framework": "torch_graph", "loss": loss.item(),
-                      "param_sum": sum(float(p.detach().double().sum()) for p in model.parameters())}))
+    if which == "torch":
+        for _ in range(200):
+            loss = step()
+    else:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss = step()
+        for _ in range(200):
+            graph.replay()
+    free, total = torch.cuda.mem_get_info()
+    print(json.dumps({"framework": which, "loss": loss.item(),
+                      "param_sum": sum(float(p.detach().double().sum()) for p in model.parameters()),
+                      "mem_total": total}))
 elif which == "cupy":
     import cupy as cp
     a = cp.random.RandomState(0).rand(512, 512, dtype=cp.float32)
