@@ -807,6 +807,44 @@ fn a_capture_beside_a_held_lease_stays_valid() {
     assert!(samples >= 20, "{stderr}");
 }
 
+/// Under MPS the kernels of the processes holding leases run together and nobody waits for an
+/// extended lease: the lease thread samples the queue rarely then, and records no markers of its
+/// own (it sampled every quarter millisecond, with a marker at most samples, as without MPS).
+#[test]
+fn under_mps_an_extended_lease_is_sampled_rarely() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let sampling_markers = |mps: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = if mps {
+            dir.path().join("mps").display().to_string()
+        } else {
+            String::new()
+        };
+        let (socket, server) = recording_daemon_with_mps(dir.path(), pipe, 0, 0, true);
+        let f = fakes().unwrap();
+        let out = Command::new(f.client(Via::Link))
+            .args(["run:400:50000:1:0"])
+            .env("LD_LIBRARY_PATH", &f.dir)
+            .env("LD_PRELOAD", hook("debug"))
+            .env("GPUSHARE_SOCKET", &socket)
+            .env("GPUSHARE_STATS", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        drop(server.join().unwrap());
+        assert!(out.status.success(), "{stderr}");
+        stat(&stderr, "samples, ")
+    };
+    let (plain, mps) = (sampling_markers(false), sampling_markers(true));
+    assert!(plain >= 200, "without MPS: {plain} sampling markers");
+    assert!(
+        mps * 4 <= plain,
+        "under MPS: {mps} sampling markers, {plain} without"
+    );
+}
+
 /// A scripted stand-in for the daemon that records what one hook process says and when
 /// (for timing that the real scheduler does not expose).
 fn recording_daemon(

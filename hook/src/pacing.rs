@@ -77,6 +77,9 @@ const STALLED_WAIT_NS: u64 = 1_000_000;
 static TIGHT: AtomicBool = AtomicBool::new(false);
 /// This process's client is interactive: its leases are never relaxed.
 static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
+/// This process is a client of the daemon's MPS server (as the daemon said when the process
+/// first attached, before its CUDA context was made): its kernels run beside other processes'.
+static UNDER_MPS: AtomicBool = AtomicBool::new(false);
 /// The current lease was extended (the daemon extends a lease beside others only while every
 /// process weighs the same).
 static EXTENDED: AtomicBool = AtomicBool::new(false);
@@ -440,11 +443,22 @@ pub fn joined(at_ns: u64) {
 /// no markers of their own, and only their launches are timed ([`kernel_timer`]). Processes of
 /// unequal weights that overlap (light ones) ask again at each lease's end, with the busy time
 /// their samples measured; near an interactive client nothing is relaxed.
+///
+/// Under MPS every extended lease is relaxed: the kernels of the processes holding leases run
+/// together there, nobody waits for an extended lease, and the daemon decides nothing by
+/// demands. With a lease thread that sampled every quarter millisecond, recording a marker at
+/// most of its samples, four launch-bound small-MLP loops ran at 0.91-0.93 of plain MPS's rate
+/// in three rounds on an H200; relaxed, 0.94-0.98, side by side.
 pub fn relaxed() -> bool {
-    SHARED.load(Relaxed)
+    (SHARED.load(Relaxed) || UNDER_MPS.load(Relaxed))
         && EXTENDED.load(Relaxed)
         && !TIGHT.load(Relaxed)
         && !INTERACTIVE_CLIENT.load(Relaxed)
+}
+
+/// Whether this process is a client of the daemon's MPS server.
+pub fn set_under_mps(on: bool) {
+    UNDER_MPS.store(on, Relaxed);
 }
 
 /// Whether the lease just granted was an extension.
@@ -1123,6 +1137,14 @@ mod tests {
         assert!(!lease(false, true, false, false), "alone");
         assert!(!lease(true, true, true, false), "tight");
         assert!(!lease(true, true, false, true), "an interactive client's");
+        set_under_mps(true);
+        assert!(lease(false, true, false, false), "extended under MPS");
+        assert!(
+            !lease(false, false, false, false),
+            "under MPS, not extended"
+        );
+        assert!(!lease(false, true, true, false), "under MPS, tight");
+        set_under_mps(false);
         lease(false, false, false, false);
     }
 

@@ -162,6 +162,7 @@ fn attach_slow() -> Attach {
             ..
         }) => {
             set_env_default("CUDA_MPS_PIPE_DIRECTORY", &mps_pipe_dir);
+            crate::pacing::set_under_mps(!mps_pipe_dir.is_empty());
             if mps_thread_percentage != 0 {
                 set_env_default(
                     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
