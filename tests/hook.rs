@@ -203,6 +203,11 @@ impl<'a> Run<'a> {
         self.socket = Some(&d.socket);
         self
     }
+    /// The socket of a scripted daemon ([`recording_daemon`]).
+    fn socket(mut self, path: &'a Path) -> Self {
+        self.socket = Some(path);
+        self
+    }
     fn client(mut self, name: &'a str) -> Self {
         self.client = name;
         self
@@ -746,14 +751,9 @@ fn capturing_streams_are_not_gated_nor_touched() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (socket, server) = recording_daemon(dir.path());
-    let f = fakes().unwrap();
-    let out = Command::new(f.client(Via::ProcAddress))
-        .args(["capture:5:0", "capture_mix:40:1000000"])
-        .env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", hook("debug"))
-        .env("GPUSHARE_SOCKET", &socket)
-        .output()
-        .unwrap();
+    let out = Run::new(Via::ProcAddress)
+        .socket(&socket)
+        .output(&["capture:5:0", "capture_mix:40:1000000"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -788,15 +788,10 @@ fn a_capture_beside_a_held_lease_stays_valid() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (socket, server) = recording_daemon(dir.path());
-    let f = fakes().unwrap();
-    let out = Command::new(f.client(Via::Link))
-        .args(["capture_held:60:2000000"])
-        .env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", hook("debug"))
-        .env("GPUSHARE_SOCKET", &socket)
+    let out = Run::new(Via::Link)
+        .socket(&socket)
         .env("GPUSHARE_STATS", "1")
-        .output()
-        .unwrap();
+        .output(&["capture_held:60:2000000"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     drop(server.join().unwrap());
@@ -823,15 +818,10 @@ fn under_mps_an_extended_lease_is_sampled_rarely() {
             String::new()
         };
         let (socket, server) = recording_daemon_with_mps(dir.path(), pipe, 0, 0, true);
-        let f = fakes().unwrap();
-        let out = Command::new(f.client(Via::Link))
-            .args(["run:400:50000:1:0"])
-            .env("LD_LIBRARY_PATH", &f.dir)
-            .env("LD_PRELOAD", hook("debug"))
-            .env("GPUSHARE_SOCKET", &socket)
+        let out = Run::new(Via::Link)
+            .socket(&socket)
             .env("GPUSHARE_STATS", "1")
-            .output()
-            .unwrap();
+            .output(&["run:400:50000:1:0"]);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         drop(server.join().unwrap());
         assert!(out.status.success(), "{stderr}");
@@ -938,14 +928,7 @@ fn requests_of_run(extending: bool, ops: &[&str]) -> Vec<(Duration, gpushare::pr
     } else {
         recording_daemon(dir.path())
     };
-    let f = fakes().unwrap();
-    let out = Command::new(f.client(Via::ProcAddress))
-        .args(ops)
-        .env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", hook("debug"))
-        .env("GPUSHARE_SOCKET", &socket)
-        .output()
-        .unwrap();
+    let out = Run::new(Via::ProcAddress).socket(&socket).output(ops);
     assert!(
         out.status.success(),
         "{}",
@@ -967,15 +950,10 @@ fn a_launch_whose_wait_for_room_outlasts_the_lease_waits_for_the_next() {
     let dir = tempfile::tempdir().unwrap();
     let (socket, server) = recording_daemon(dir.path());
     let (_gpu_dir, _log, gpu) = shared_gpu_files();
-    let f = fakes().unwrap();
-    let out = Command::new(f.client(Via::ProcAddress))
-        .args(["run:800:100000000:0:0"])
-        .env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", hook("debug"))
-        .env("GPUSHARE_SOCKET", &socket)
-        .env("FAKE_CUDA_GPU", &gpu)
-        .output()
-        .unwrap();
+    let out = Run::new(Via::ProcAddress)
+        .socket(&socket)
+        .env("FAKE_CUDA_GPU", &gpu.display().to_string())
+        .output(&["run:800:100000000:0:0"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let seen = server.join().unwrap();
