@@ -14,9 +14,9 @@
 //! Charges come from the daemon's own clock, never from what a process reports: a lease is
 //! charged its wall time from grant to release, at most to its end plus the grace, after which
 //! the token is taken back (a process that dies or hangs holds it that long). A process whose
-//! work outlasted its grace earns a longer one, as long as its drains take ([`drains`]). A process releases
-//! only once the work it queued has finished, and it keeps at most a bounded amount queued, so
-//! that a lease's wall time is the GPU time it took.
+//! work outlasted its grace earns a longer one, as long as its drains take ([`drains`]). A
+//! process releases only once the work it queued has finished, and it keeps at most a bounded
+//! amount queued, so that a lease's wall time is the GPU time it took.
 //!
 //! *Overlap by demand* (without MPS): each process reports how much of its lease its work kept
 //! the GPU busy; the scheduler keeps an estimate of that *demand* per process, from the leases it
