@@ -307,9 +307,12 @@ pub unsafe fn helper<F: Copy>(h: Helper) -> Option<F> {
     (p != 0).then(|| std::mem::transmute_copy::<usize, F>(&p))
 }
 
+/// `cuThreadExchangeStreamCaptureMode`.
+type ExchangeCaptureMode = unsafe extern "C" fn(*mut u32) -> CUresult;
+
 /// This thread's stream-capture interaction mode, relaxed while the guard lives and restored
-/// when it drops ([`relaxed_capture`]).
-pub struct RelaxedCapture(Option<u32>);
+/// when it drops ([`relaxed_capture`]): the driver's function and the mode to restore.
+pub struct RelaxedCapture(Option<(ExchangeCaptureMode, u32)>);
 
 /// Makes this thread's stream-capture interaction mode relaxed until the guard drops. The hook's
 /// own event queries and synchronizes are then never taken for a program's unsafe calls: in the
@@ -317,24 +320,21 @@ pub struct RelaxedCapture(Option<u32>);
 /// a graph in the global mode (as PyTorch's `torch.cuda.graph` does) fails, and the capture is
 /// lost.
 pub fn relaxed_capture() -> RelaxedCapture {
-    type F = unsafe extern "C" fn(*mut u32) -> CUresult;
     // SAFETY: signature of cuThreadExchangeStreamCaptureMode; valid in/out pointer.
-    let previous =
-        unsafe { helper::<F>(Helper::cuThreadExchangeStreamCaptureMode) }.and_then(|f| {
-            let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-            (unsafe { f(&mut mode) } == CUDA_SUCCESS).then_some(mode)
-        });
-    RelaxedCapture(previous)
+    let exchanged =
+        unsafe { helper::<ExchangeCaptureMode>(Helper::cuThreadExchangeStreamCaptureMode) }
+            .and_then(|exchange| {
+                let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+                (unsafe { exchange(&mut mode) } == CUDA_SUCCESS).then_some((exchange, mode))
+            });
+    RelaxedCapture(exchanged)
 }
 
 impl Drop for RelaxedCapture {
     fn drop(&mut self) {
-        type F = unsafe extern "C" fn(*mut u32) -> CUresult;
-        if let Some(mut mode) = self.0 {
+        if let Some((exchange, mut mode)) = self.0 {
             // SAFETY: as in relaxed_capture.
-            if let Some(f) = unsafe { helper::<F>(Helper::cuThreadExchangeStreamCaptureMode) } {
-                unsafe { f(&mut mode) };
-            }
+            unsafe { exchange(&mut mode) };
         }
     }
 }

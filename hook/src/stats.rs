@@ -77,9 +77,10 @@ pub fn configure() {
 pub fn line() -> String {
     let ms = |c: &Counter| c.get() as f64 / 1e6;
     format!(
-        "stats: {} grants, {} extensions ({} ahead of the end), {:.1} ms renewing, {} given back by the lease thread; \
-         {} queue checks, {} waits ({:.1} ms), {} launches passed unchecked, {} markers dropped \
-         (ring full); {} samples, {} sampling markers; {} launches timed ({} slow on the host), \
+        "stats: {} grants, {} extensions ({} ahead of the end), {:.1} ms renewing, {} given \
+         back by the lease thread; {} queue checks, {} waits ({:.1} ms), {} launches passed \
+         unchecked, {} markers dropped (ring full); {} samples, {} sampling markers; {} launches \
+         timed ({} slow on the host), \
          {} lowered the time per launch learnt, {} seen done too late to learn from, now {} us \
          (at most {} us)",
         GRANTS.get(),

@@ -56,9 +56,22 @@ typedef void *CUstream;
 #define ERR_NOT_INITIALIZED 3
 #define ERR_INVALID_DEVICE 101
 #define ERR_NOT_FOUND 500
+#define ERR_CAPTURE_UNSUPPORTED 900
+#define ERR_CAPTURE_INVALIDATED 901
 #define EXPORT __attribute__((visibility("default")))
 
 struct fake_stream { int capturing, global; };
+
+/* Captures in the global mode under way, and whether one of them was invalidated. */
+static int global_captures, captures_invalidated;
+static __thread int capture_mode; /* this thread's capture interaction mode (0: global) */
+/* A potentially unsafe call named `what`: whether it may go on (else the capture is invalid). */
+static int capture_safe(const char *what) {
+  if (capture_mode != 0 || !__atomic_load_n(&global_captures, __ATOMIC_ACQUIRE)) return 1;
+  __atomic_store_n(&captures_invalidated, 1, __ATOMIC_RELEASE);
+  fprintf(stderr, "fake_cuda: %s during a global capture\n", what);
+  return 0;
+}
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
@@ -273,9 +286,8 @@ EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, int dev) {
 }
 EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
 EXPORT CUresult cuCtxGetDevice(int *d) { if (!d) return ERR_INVALID_VALUE; *d = current_device(); return OK; }
-static int capture_safe(const char *what);
 EXPORT CUresult cuCtxSynchronize(void) {
-  if (!capture_safe("cuCtxSynchronize")) return 900;
+  if (!capture_safe("cuCtxSynchronize")) return ERR_CAPTURE_UNSUPPORTED;
   sleep_until(device_queued_until(current_device())); return OK;
 }
 EXPORT CUresult cuCtxGetCurrent(void **ctx) { *ctx = initialized ? (current_ctx ? current_ctx : device_ctx(0)) : NULL; return OK; }
@@ -339,18 +351,6 @@ EXPORT CUresult cuGraphLaunch_ptsz(void *exec, CUstream s) { (void)s; void *p[1]
 /* ---- streams, capture, events ---- */
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, sizeof(struct fake_stream)); return OK; }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
-/* Captures in the global mode under way, and whether one of them was invalidated. */
-static int global_captures, captures_invalidated;
-static __thread int capture_mode; /* this thread's capture interaction mode (0: global) */
-/* A potentially unsafe call named `what`: whether it may go on (else the capture is invalid). */
-static int capture_safe(const char *what) {
-  if (capture_mode != 0 || !__atomic_load_n(&global_captures, __ATOMIC_ACQUIRE)) return 1;
-  __atomic_store_n(&captures_invalidated, 1, __ATOMIC_RELEASE);
-  fprintf(stderr, "fake_cuda: %s during a global capture\n", what);
-  return 0;
-}
-#define ERR_CAPTURE_UNSUPPORTED 900
-#define ERR_CAPTURE_INVALIDATED 901
 EXPORT CUresult cuStreamSynchronize(CUstream s) {
   (void)s;
   if (!capture_safe("cuStreamSynchronize")) return ERR_CAPTURE_UNSUPPORTED;
@@ -393,7 +393,7 @@ EXPORT CUresult cuEventRecord(void *e, CUstream s) {
   if (is_real_stream(s) && ((struct fake_stream *)s)->capturing) {
     /* The real driver would invalidate the capture. */
     fprintf(stderr, "fake_cuda: cuEventRecord on a capturing stream\n");
-    return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+    return ERR_CAPTURE_UNSUPPORTED;
   }
   __sync_fetch_and_add(&events_recorded, 1); return OK;
 }
