@@ -1,18 +1,28 @@
-"""Tables (summary.md) and a plot (summary.png, with matplotlib) from a bench/run.sh results
-directory:   python3 bench/report.py RESULTS_DIR
-Reads the *_summary.json files the scenarios wrote; scenarios that did not run are left out.
+"""Tables (summary.md) and a plot (summary.png, with matplotlib) from bench/run.sh results
+directories:   python3 bench/report.py RESULTS_DIR [MORE_DIR...]
+Reads the *_summary.json files the scenarios wrote, each from the first directory that has it
+(parts run in separate calls, e.g. on a machine of two GPUs, put together); scenarios that did
+not run are left out. Writes into the first directory.
 """
 import glob
 import json
 import os
 import sys
 
-d = sys.argv[1]
+dirs = sys.argv[1:]
+if not dirs:
+    sys.exit("usage: python3 bench/report.py RESULTS_DIR [MORE_DIR...]")
+d = dirs[0]
+
+
+def find(name):
+    """The path of `name` in the first directory that has it, or None."""
+    return next((p for p in (os.path.join(x, name) for x in dirs) if os.path.exists(p)), None)
 
 
 def load(name):
-    p = os.path.join(d, name)
-    return json.load(open(p)) if os.path.exists(p) else None
+    p = find(name)
+    return json.load(open(p)) if p else None
 
 
 def f(x, n=3):
@@ -20,8 +30,10 @@ def f(x, n=3):
 
 
 md = ["# Benchmark summary", ""]
-if os.path.exists(os.path.join(d, "device.txt")):
-    md += ["Device: " + open(os.path.join(d, "device.txt")).read().strip().replace("\n", "; "), ""]
+for x in dirs:
+    if os.path.exists(os.path.join(x, "device.txt")):
+        where = f" (`{os.path.basename(os.path.normpath(x))}`)" if len(dirs) > 1 else ""
+        md += [f"Device{where}: " + open(os.path.join(x, "device.txt")).read().strip().replace("\n", "; "), ""]
 
 
 def table(title, columns, rows):
@@ -87,9 +99,11 @@ if thr:
             f(v.get("vs_mps"))] for k, v in thr.items() if isinstance(v, dict) and "jobs" in v])
 
 sweeps = {}
-for path in sorted(glob.glob(os.path.join(d, "sweep*_summary.json"))):
-    sw = json.load(open(path))
+for path in sorted(p for x in dirs for p in glob.glob(os.path.join(x, "sweep*_summary.json"))):
     name = os.path.basename(path)[: -len("_summary.json")]
+    if name in sweeps:
+        continue
+    sw = json.load(open(path))
     sweeps[name] = sw
     cal = sw.get("calibration", {})
     rows = []
@@ -152,8 +166,19 @@ if compat:
     table("Framework compatibility (results under the hook identical to without)", ["program", "identical"],
           [[k, v["identical"]] for k, v in compat.items()])
 
-side = os.path.join(d, "gpu_side.jsonl")
-checks = [json.loads(l) for l in open(side) if l.startswith("{") and '"check"' in l] if os.path.exists(side) else []
+mg = load("multi_gpu_summary.json")
+if mg and "ratio" in mg:
+    table("Every GPU its own token: one saturating job per GPU, its rate under gpushare over its rate "
+          "without (target 0.98)", ["GPU", "rate without", "rate under gpushare", "ratio"],
+          [[g, f(mg["rates"].get(f"plain/{g}"), 1), f(mg["rates"].get(f"gpushare/{g}"), 1), f(r)]
+           for g, r in mg["ratio"].items()])
+    cap = mg.get("cap") or {}
+    if cap.get("steps"):
+        table(f"A capped process on two GPUs (`{cap.get('name', '-')}`)", ["GPU", "GiB asked", "result"],
+              [[g, gib, res] for g, gib, res in cap["steps"]])
+
+side = find("gpu_side.jsonl")
+checks = [json.loads(l) for l in open(side) if l.startswith("{") and '"check"' in l] if side else []
 if checks:
     table("The GPU side", ["check", "ok"], [[c["check"], c["ok"]] for c in checks])
 
@@ -173,7 +198,9 @@ shares = {k: v for k, v in (share or {}).items()}
 for name, sw in sweeps.items():
     shares.update({f"{name} {k}": v for k, v in sw.items() if isinstance(v, dict) and "jobs" in v})
 lat = lat or lat_i
-panels = [p for p in (ov, lat, osub, shares, thr) if p]
+lb_modes = (lb or {}).get("modes", {})
+mg_ratio = (mg or {}).get("ratio", {})
+panels = [p for p in (ov, lat, osub, shares, thr, lb_modes, mg_ratio) if p]
 if not panels:
     sys.exit(0)
 fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5))
@@ -232,8 +259,34 @@ if thr:
     a = next(ax)
     keys = [k for k, v in thr.items() if isinstance(v, dict) and "jobs" in v]
     a.bar(range(len(keys)), [thr[k]["vs_solo"] for k in keys], color="#c44e52")
+    for i, k in enumerate(keys):
+        vs = [f"{thr[k][r]:.3f}x {n}" for r, n in (("vs_mps", "MPS"), ("vs_timeslice", "TS"))
+              if thr[k].get(r) is not None and not thr[k].get("mode", k).startswith(n.lower())]
+        if vs:
+            a.text(i, thr[k]["vs_solo"], "\n".join(vs), ha="center", va="bottom", fontsize=6)
     a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=5)
     a.set_ylabel("work / one job alone")
     a.set_title("Aggregate throughput")
+if lb_modes:
+    a = next(ax)
+    keys = list(lb_modes)
+    a.bar(range(len(keys)), [lb_modes[k]["aggregate_steps_per_s"] for k in keys], color="#8172b2")
+    for i, k in enumerate(keys):
+        if lb_modes[k].get("vs_timeslice") is not None:
+            a.text(i, lb_modes[k]["aggregate_steps_per_s"], f"{lb_modes[k]['vs_timeslice']:.3f}x",
+                   ha="center", va="bottom", fontsize=8)
+    a.set_xticks(range(len(keys)), [k.replace("_", "\n") for k in keys], fontsize=8)
+    a.set_ylabel("aggregate steps/s")
+    a.set_title(f"{lb.get('jobs')} launch-bound MLP jobs")
+if mg_ratio:
+    a = next(ax)
+    keys = list(mg_ratio)
+    a.bar(range(len(keys)), [mg_ratio[k] for k in keys], color="#64b5cd")
+    a.axhline(0.98, color="r", lw=0.8, ls="--", label="target 0.98")
+    a.set_xticks(range(len(keys)), keys)
+    a.set_ylim(0.9, 1.02)
+    a.set_ylabel("rate under gpushare / without")
+    a.set_title("One job per GPU")
+    a.legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(os.path.join(d, "summary.png"), dpi=110)

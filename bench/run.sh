@@ -2,7 +2,7 @@
 # The whole benchmark suite on one GPU machine, each scenario side by side with plain MPS and the
 # driver's default time-slicing where it applies, results under OUTPUT_DIR:
 #   bench/run.sh OUTPUT_DIR [PART...]        (run as root, from anywhere)
-# PARTs, each under ten minutes on an H100, run in the order given (default: all of them):
+# PARTs, each under ten minutes on an H100, run in the order given (default: 1 to 16):
 #   1  hook overhead (launch loop, PyTorch add and MLP loops)
 #   2  latency isolation, memory caps
 #   3  share accuracy and work conservation, framework compatibility (PyTorch, CuPy, JAX, nvcc)
@@ -33,6 +33,15 @@
 #  16  other frameworks' training loops: two JAX transformer encoders, then two CuPy loops, then
 #      two PyTorch CNN loops whose step is one CUDA graph, under gpushare (0.75 / 0.25) and
 #      time-sliced (share/sweep.sh with LOOP=jax, LOOP=cupy and LOOP=graphed)
+# and, for the table at a glance in README.md (each under ten minutes; with part 13 on a machine
+# of two GPUs, the workloads of every row of that table):
+#  17  shares: pairs of 50 us kernels synchronizing after each, 4096² matmuls (about 200 us)
+#      and 8192² ones (about 1.6 ms) synchronizing every 4, 20 ms kernels never synchronizing;
+#      four clients of 50 us kernels; two transformer training loops, under gpushare and
+#      time-sliced (share/sweep.sh, results as sweep_table)
+#  18  8 launch-bound MLP jobs of 8 users against time-slicing (two rounds); the interactive
+#      inference client beside three trainers; 4 matmul and 4 small-MLP loops under plain MPS
+#      and under gpushare with MPS (throughput/run.sh)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -88,6 +97,13 @@ for part in $parts; do
           BUDGET=200 step sweep_cupy 260 "$here/share/sweep.sh" "$out"
         NAME=sweep_graphed LOOP=graphed TF_STARTUP=20 CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare timeslice" \
           BUDGET=150 step sweep_graphed 200 "$here/share/sweep.sh" "$out" ;;
+    17) NAME=sweep_table CELLS="50us:1 200us:4 1600us:4 20ms:0" QUAD_CELLS="50us:1" \
+          TRANSFORMER="gpushare timeslice" BUDGET=500 step sweep_table 560 "$here/share/sweep.sh" "$out" ;;
+    18) ROUNDS=2 MODES="timeslice gpushare_users" BUDGET=240 step launch_bound 280 \
+          "$here/throughput/launch_bound.sh" "$out"
+        PHASES="solo timeslice gpushare_interactive_default" \
+          step latency_interactive 150 "$here/latency/run.sh" "$out/interactive"
+        MODES="mps gpushare_mps_concurrent" COUNTS=4 step throughput 200 "$here/throughput/run.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done
