@@ -54,11 +54,14 @@ pub mod fair_share;
 pub mod fairness;
 pub mod lease_log;
 mod overlap;
+mod usage;
 
 use demand::Demands;
 pub use devices::Schedulers;
 use drains::Drains;
 use lease_log::LeaseLog;
+use usage::SessionBook;
+pub use usage::{SessionUsage, Usage};
 
 /// Monotonic nanoseconds from an arbitrary origin.
 pub type Nanos = u64;
@@ -159,60 +162,6 @@ struct Lease {
     /// Started ahead of the first in line, beside which that one can start
     /// ([`Scheduler::backfill`]).
     backfilled: bool,
-}
-
-/// Per-client figures for reports.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Usage {
-    /// Fraction of the last `USAGE_WINDOW` (or of the time since the scheduler started, if
-    /// shorter) charged to the client.
-    pub share: f64,
-    pub charged_total: Nanos,
-    /// GPU busy time its processes reported (each lease's report clamped to its wall time).
-    pub gpu_total: Nanos,
-    pub grants: u64,
-    /// Time its processes waited for a grant (from asking to the grant), waits going on
-    /// included.
-    pub waited_total: Nanos,
-    pub waiting: usize,
-    pub holding: bool,
-}
-
-/// What one process got and waited for, for accounting: running totals since it attached.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SessionUsage {
-    /// GPU time charged to its leases.
-    pub charged: Nanos,
-    pub grants: u64,
-    /// Time it waited for a grant, the wait going on included.
-    pub waited: Nanos,
-}
-
-/// [`SessionUsage`] and when the current wait began.
-#[derive(Debug, Clone, Copy, Default)]
-struct SessionBook {
-    usage: SessionUsage,
-    waiting_since: Option<Nanos>,
-}
-
-impl SessionBook {
-    /// Ends the current wait at `now`; returns how long it was.
-    fn end_wait(&mut self, now: Nanos) -> Nanos {
-        let waited = self
-            .waiting_since
-            .take()
-            .map_or(0, |since| now.saturating_sub(since));
-        self.usage.waited += waited;
-        waited
-    }
-
-    fn at(&self, now: Nanos) -> SessionUsage {
-        let mut u = self.usage;
-        u.waited += self
-            .waiting_since
-            .map_or(0, |since| now.saturating_sub(since));
-        u
-    }
 }
 
 #[derive(Debug)]
@@ -395,8 +344,7 @@ impl Scheduler {
         }
         if !c.waiting.contains(&session) {
             c.waiting.push_back(session);
-            let book = self.books.entry(session).or_default();
-            book.waiting_since.get_or_insert(now);
+            self.books.entry(session).or_default().start_wait(now);
         }
         self.demand.add(session);
     }
@@ -429,7 +377,7 @@ impl Scheduler {
                 // "recently" counts from the end of an interactive client's last lease
                 self.interactive_at = Some(now);
             }
-            self.books.entry(h.session).or_default().usage.charged += owed;
+            self.books.entry(h.session).or_default().charge(owed);
         }
         if h.probe && h.alone {
             self.demand.learn_probe(h.session, busy, wall, now);
@@ -465,7 +413,7 @@ impl Scheduler {
         let owed = h.owed.round() as Nanos;
         c.charge(owed, now);
         let book = self.books.entry(session).or_default();
-        book.usage.charged += owed;
+        book.charge(owed);
         c.refill(now, burst);
         if c.credit <= 0.0 {
             // over its limit: the lease ends as usual and the client waits for credit
@@ -474,7 +422,7 @@ impl Scheduler {
             return None;
         }
         c.grants += 1;
-        book.usage.grants += 1;
+        book.granted();
         let alone = self.holders.len() == 1;
         let h = &mut self.holders[i];
         *h = Lease {
@@ -545,20 +493,6 @@ impl Scheduler {
                 c.waited_total += waited;
             }
         }
-    }
-
-    /// What `session` got and waited so far (zero for one the scheduler has not seen).
-    pub fn session_usage(&self, session: SessionId, now: Nanos) -> SessionUsage {
-        self.books
-            .get(&session)
-            .map_or_else(SessionUsage::default, |b| b.at(now))
-    }
-
-    /// The final [`SessionUsage`] of a session that is gone, forgotten by the scheduler.
-    pub fn take_session_usage(&mut self, session: SessionId, now: Nanos) -> SessionUsage {
-        self.books
-            .remove(&session)
-            .map_or_else(SessionUsage::default, |b| b.at(now))
     }
 
     /// The sessions whose leases were revoked since the last call: tell them.
@@ -723,7 +657,7 @@ impl Scheduler {
         let session = c.waiting.pop_front()?;
         c.grants += 1;
         let book = self.books.entry(session).or_default();
-        book.usage.grants += 1;
+        book.granted();
         c.waited_total += book.end_wait(now);
         let alone = self.holders.is_empty();
         for h in &mut self.holders {
@@ -774,15 +708,6 @@ impl Scheduler {
         earliest
     }
 
-    fn prune_usage(&mut self, now: Nanos) {
-        let from = now.saturating_sub(USAGE_WINDOW);
-        for c in self.clients.values_mut() {
-            while c.recent.front().is_some_and(|(end, _)| *end < from) {
-                c.recent.pop_front();
-            }
-        }
-    }
-
     /// The last moment `session` held a lease: `now` while it holds one, else when its last lease
     /// ended; `None` if it never had one.
     pub fn last_held(&self, session: SessionId, now: Nanos) -> Option<Nanos> {
@@ -799,33 +724,6 @@ impl Scheduler {
 
     pub fn holder_count(&self) -> usize {
         self.holders.len()
-    }
-
-    pub fn usage(&self, id: ClientId, now: Nanos) -> Option<Usage> {
-        let c = self.clients.get(&id)?;
-        let from = now.saturating_sub(USAGE_WINDOW).max(self.started);
-        let span = now.saturating_sub(from).max(1) as f64;
-        let recent: Nanos = c
-            .recent
-            .iter()
-            .filter(|(end, _)| *end >= from)
-            .map(|(_, ns)| ns)
-            .sum();
-        let waiting_now: Nanos = c
-            .waiting
-            .iter()
-            .filter_map(|s| self.books.get(s)?.waiting_since)
-            .map(|since| now.saturating_sub(since))
-            .sum();
-        Some(Usage {
-            share: (recent as f64 / span).min(1.0),
-            charged_total: c.charged_total,
-            gpu_total: c.gpu_total,
-            grants: c.grants,
-            waited_total: c.waited_total + waiting_now,
-            waiting: c.waiting.len(),
-            holding: self.holds(id),
-        })
     }
 }
 
