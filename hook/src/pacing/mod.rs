@@ -35,7 +35,7 @@ use crate::stats;
 pub use mode::shared;
 use mode::{check_every, current_budget, lowered_by_timing, CHECK_EVERY_NS, SHARED, TIGHT};
 pub use mode::{configure, relaxed, set_extended, set_shared, set_tight, set_under_mps};
-use pacer::{lower, query_fn, Pacer, SHARED_MOST_MARKERS, STALLED, STALLED_WAIT_NS};
+use pacer::{lower, query_fn, Pacer, STALLED, STALLED_WAIT_NS};
 
 /// Record a marker after the launch under way (set at a check, taken after the launch).
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);
@@ -152,13 +152,7 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
             } else {
                 wait_limit_ns.saturating_sub(now_ns().saturating_sub(start))
             };
-            // Beside others the queue is long also for their turns: it is held back once what it
-            // holds by the GPU time per launch learnt alone passes four budgets (kernels known to
-            // be long), or it holds SHARED_MOST_MARKERS markers.
-            let long = p.per_launch_ns >= CHECK_EVERY_NS
-                && (p.len as u64).saturating_mul(p.per_launch_ns) >= budget.saturating_mul(4);
-            // Kernels not known yet are not taken for short ones beside others either.
-            let short = !long && p.per_launch_ns != 0 && p.len < SHARED_MOST_MARKERS;
+            let short = p.short_beside_others(budget, relaxed());
             let per_launch = p.per_launch_ns;
             match p.front() {
                 Some(_) if shared && short && !tight => return (next_check, per_launch),
