@@ -957,16 +957,12 @@ fn a_launch_whose_wait_for_room_outlasts_the_lease_waits_for_the_next() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let seen = server.join().unwrap();
-    let kernels: usize = stdout
-        .split("run ")
-        .nth(1)
-        .and_then(|t| t.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{stdout}{stderr}"));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let kernels = run_count(line(&stdout, "run "));
     let renewals = seen
         .iter()
         .filter(|(_, r)| matches!(r, Request::Renew { .. }))
-        .count();
+        .count() as u64;
     assert!(kernels >= 6, "{stdout}{stderr}");
     assert!(
         renewals + 2 >= kernels,

@@ -24,6 +24,8 @@ pub const MAX_GRACE: Nanos = 1_000_000_000;
 
 #[derive(Debug, Default)]
 pub struct Drains {
+    /// The daemon's grace: no process's is shorter.
+    configured: Nanos,
     /// The grace each process's drains earned it, where longer than the configured one.
     earned: BTreeMap<SessionId, Nanos>,
     /// The end of the lease each process had taken back, until its release arrives.
@@ -31,12 +33,16 @@ pub struct Drains {
 }
 
 impl Drains {
-    /// How long past its lease's end `session` keeps the token, with `configured` the daemon's
-    /// grace.
-    pub fn grace(&self, session: SessionId, configured: Nanos) -> Nanos {
+    /// Sets the daemon's grace.
+    pub fn configure(&mut self, grace: Nanos) {
+        self.configured = grace;
+    }
+
+    /// How long past its lease's end `session` keeps the token.
+    pub fn grace(&self, session: SessionId) -> Nanos {
         self.earned
             .get(&session)
-            .map_or(configured, |&g| g.max(configured))
+            .map_or(self.configured, |&g| g.max(self.configured))
     }
 
     /// The lease of `session` that ended at `end` was taken back (its grace ran out).
@@ -46,20 +52,20 @@ impl Drains {
 
     /// `session` released at `now`, holding no lease: if its last lease was taken back, its
     /// drain took until now.
-    pub fn released_late(&mut self, session: SessionId, now: Nanos, configured: Nanos) {
+    pub fn released_late(&mut self, session: SessionId, now: Nanos) {
         if let Some(end) = self.taken_back.remove(&session) {
             let drain = now.saturating_sub(end);
-            let old = self.grace(session, configured);
-            self.set(session, earned_by(drain).max(old), configured);
+            let old = self.grace(session);
+            self.set(session, earned_by(drain).max(old));
         }
     }
 
     /// `session` released in time, at `now`, a lease that ended at `end`.
-    pub fn released(&mut self, session: SessionId, end: Nanos, now: Nanos, configured: Nanos) {
+    pub fn released(&mut self, session: SessionId, end: Nanos, now: Nanos) {
         self.taken_back.remove(&session);
         if let Some(&old) = self.earned.get(&session) {
             let drain = now.saturating_sub(end);
-            self.set(session, earned_by(drain).max(old / 2), configured);
+            self.set(session, earned_by(drain).max(old / 2));
         }
     }
 
@@ -68,8 +74,8 @@ impl Drains {
         self.taken_back.remove(&session);
     }
 
-    fn set(&mut self, session: SessionId, grace: Nanos, configured: Nanos) {
-        if grace > configured {
+    fn set(&mut self, session: SessionId, grace: Nanos) {
+        if grace > self.configured {
             self.earned.insert(session, grace.min(MAX_GRACE));
         } else {
             self.earned.remove(&session);
@@ -88,53 +94,53 @@ mod tests {
 
     const MS: Nanos = 1_000_000;
 
+    /// Drains of a daemon whose grace is 50 ms.
+    fn drains() -> Drains {
+        let mut d = Drains::default();
+        d.configure(50 * MS);
+        d
+    }
+
     #[test]
     fn a_drain_past_a_taken_back_lease_earns_a_longer_grace_up_to_the_most() {
-        let mut d = Drains::default();
-        assert_eq!(d.grace(1, 50 * MS), 50 * MS);
+        let mut d = drains();
+        assert_eq!(d.grace(1), 50 * MS);
         d.taken_back(1, 100 * MS);
-        d.released_late(1, 180 * MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), 100 * MS);
-        assert_eq!(
-            d.grace(2, 50 * MS),
-            50 * MS,
-            "one process's drains are its own"
-        );
+        d.released_late(1, 180 * MS);
+        assert_eq!(d.grace(1), 100 * MS);
+        assert_eq!(d.grace(2), 50 * MS, "one process's drains are its own");
         d.taken_back(1, 0);
-        d.released_late(1, 5_000 * MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), MAX_GRACE);
+        d.released_late(1, 5_000 * MS);
+        assert_eq!(d.grace(1), MAX_GRACE);
     }
 
     #[test]
     fn a_release_without_a_lease_taken_back_earns_nothing() {
-        let mut d = Drains::default();
-        d.released_late(1, 500 * MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), 50 * MS);
+        let mut d = drains();
+        d.released_late(1, 500 * MS);
+        assert_eq!(d.grace(1), 50 * MS);
         d.taken_back(1, 100 * MS);
-        d.released(1, 100 * MS, 110 * MS, 50 * MS);
-        d.released_late(1, 500 * MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), 50 * MS, "released in time after all");
+        d.released(1, 100 * MS, 110 * MS);
+        d.released_late(1, 500 * MS);
+        assert_eq!(d.grace(1), 50 * MS, "released in time after all");
     }
 
     #[test]
     fn short_drains_bring_an_earned_grace_down_by_half_at_most_each_time() {
-        let mut d = Drains::default();
+        let mut d = drains();
         d.taken_back(1, 0);
-        d.released_late(1, 320 * MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), 400 * MS);
-        d.released(1, 0, 240 * MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), 300 * MS, "a drain of 240 ms keeps 300");
-        d.released(1, 0, MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), 150 * MS);
-        d.released(1, 0, MS, 50 * MS);
-        assert_eq!(d.grace(1, 50 * MS), 75 * MS);
-        d.released(1, 0, MS, 50 * MS);
-        assert_eq!(
-            d.grace(1, 50 * MS),
-            50 * MS,
-            "never under the configured grace"
-        );
+        d.released_late(1, 320 * MS);
+        assert_eq!(d.grace(1), 400 * MS);
+        d.released(1, 0, 240 * MS);
+        assert_eq!(d.grace(1), 300 * MS, "a drain of 240 ms keeps 300");
+        d.released(1, 0, MS);
+        assert_eq!(d.grace(1), 150 * MS);
+        d.released(1, 0, MS);
+        assert_eq!(d.grace(1), 75 * MS);
+        d.released(1, 0, MS);
+        assert_eq!(d.grace(1), 50 * MS, "never under the configured grace");
         d.forget(1);
-        assert_eq!(d.grace(1, 10 * MS), 10 * MS);
+        d.configure(10 * MS);
+        assert_eq!(d.grace(1), 10 * MS);
     }
 }

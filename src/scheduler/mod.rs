@@ -168,9 +168,8 @@ struct Lease {
 pub struct Scheduler {
     quantum: Nanos,
     /// How long past its end a lease stays with its holder, for the work it queued to drain and
-    /// its release to arrive, before the token is taken back (longer for a process whose drains
-    /// took longer: [`drains`]).
-    grace: Nanos,
+    /// its release to arrive, before the token is taken back: the configured grace, longer for a
+    /// process whose drains took longer ([`drains`]).
     drains: Drains,
     clients: BTreeMap<ClientId, Client>,
     /// The leases running now, at most `slots`.
@@ -206,7 +205,6 @@ impl Scheduler {
     pub fn new(quantum: Nanos, now: Nanos) -> Self {
         Scheduler {
             quantum: quantum.max(1),
-            grace: 0,
             drains: Drains::default(),
             clients: BTreeMap::new(),
             holders: Vec::new(),
@@ -234,7 +232,7 @@ impl Scheduler {
     }
 
     pub fn set_grace(&mut self, grace: Nanos) {
-        self.grace = grace;
+        self.drains.configure(grace);
     }
 
     /// How many leases may run at once (at least one), and whether a lease starts beside
@@ -356,12 +354,12 @@ impl Scheduler {
     /// that long ([`drains`]).
     pub fn release(&mut self, session: SessionId, busy_ns: Nanos, now: Nanos) {
         let Some(i) = self.holders.iter().position(|h| h.session == session) else {
-            self.drains.released_late(session, now, self.grace);
+            self.drains.released_late(session, now);
             return;
         };
         self.settle(now);
         let h = self.holders.swap_remove(i);
-        self.drains.released(session, h.end, now, self.grace);
+        self.drains.released(session, h.end, now);
         self.end_lease(h, busy_ns, now);
     }
 
@@ -521,7 +519,7 @@ impl Scheduler {
         let (over, running): (Vec<Lease>, Vec<Lease>) = self
             .holders
             .iter()
-            .partition(|h| now >= h.end + self.drains.grace(h.session, self.grace));
+            .partition(|h| now >= self.taken_back_at(h));
         self.holders = running;
         for h in over {
             // Taken back: charged to its end and grace; its process was busy all along.
@@ -692,11 +690,7 @@ impl Scheduler {
     /// When `poll` next has something to do, if nothing else happens before (call it after
     /// `poll` returned `None`).
     pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
-        let mut earliest: Option<Nanos> = self
-            .holders
-            .iter()
-            .map(|h| h.end + self.drains.grace(h.session, self.grace))
-            .min();
+        let mut earliest: Option<Nanos> = self.holders.iter().map(|h| self.taken_back_at(h)).min();
         for c in self.clients.values().filter(|c| !c.waiting.is_empty()) {
             // a client out of credit can go again once it has some
             let credit = c.credit_now(now, self.burst());
@@ -706,6 +700,11 @@ impl Scheduler {
             }
         }
         earliest
+    }
+
+    /// When lease `h` is taken back unless released: its end and its process's grace.
+    fn taken_back_at(&self, h: &Lease) -> Nanos {
+        h.end + self.drains.grace(h.session)
     }
 
     /// The last moment `session` held a lease: `now` while it holds one, else when its last lease
