@@ -5,9 +5,26 @@ due its request scaled by the requests of the jobs running (the scheduler is wor
 what idle clients leave goes to those with work), so a lone job is due all of the GPU.
 
   python3 analyze.py [--window SECONDS] share.jsonl
+A results file kept compressed (share.jsonl.xz or .gz, as bench/results does with large ones) is
+read as it is.
 """
 import argparse
+import gzip
 import json
+import lzma
+import os
+
+
+def open_text(path):
+    """The text file `path`, or its compressed copy (PATH.xz, PATH.gz, or PATH itself so named)."""
+    for p in (path, path + ".xz", path + ".gz"):
+        if os.path.exists(p):
+            if p.endswith(".xz"):
+                return lzma.open(p, "rt")
+            if p.endswith(".gz"):
+                return gzip.open(p, "rt")
+            return open(p)
+    return open(path)  # the error names the path asked for
 
 
 def done_at(samples, t):
@@ -28,7 +45,7 @@ def main():
     p.add_argument("--window", type=float, default=10.0)
     p.add_argument("path")
     a = p.parse_args()
-    runs = [json.loads(l) for l in open(a.path) if l.startswith("{")]
+    runs = [json.loads(l) for l in open_text(a.path) if l.startswith("{")]
     by = {}
     for r in runs:
         by.setdefault(r["phase"], []).append(r)

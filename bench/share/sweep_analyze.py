@@ -16,7 +16,7 @@ import argparse
 import json
 import math
 
-from analyze import rate
+from analyze import open_text, rate
 
 
 def windows(t0, t1, width):
@@ -34,7 +34,7 @@ def main():
     p.add_argument("path")
     a = p.parse_args()
     rows = []
-    for line in open(a.path):
+    for line in open_text(a.path):
         if line.startswith("{"):
             try:
                 rows.append(json.loads(line))
