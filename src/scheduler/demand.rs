@@ -44,19 +44,53 @@ pub const PROBE_EVERY: Nanos = 2_000_000_000;
 /// ([`Demands::probe_overdue`]). A process due one is probed when it is first in line; one that
 /// always finds room beside the running leases may never be.
 pub const PROBE_PATIENCE: Nanos = 250_000_000;
+/// An estimate from which a probe could hardly rise: a session estimated this busy is not due
+/// one for a busy sample beside others, which agrees with it (a light one's samples lower the
+/// estimate). A probe runs alone, and the others' leases end for it: three saturating trainers
+/// of one client, each probed every [`PROBE_EVERY`] beside an inference client, made the
+/// inference wait for the three probes in a row, 16-20 ms, about once a second.
+const SURELY_BUSY: f64 = 0.9;
 /// Leases alone after which a session's estimate has settled (the first replaces
 /// [`INITIAL_DEMAND`], each later one moves it towards its sample): until then an ambiguous
 /// sample asks for a probe at once.
 const SETTLED: u32 = 3;
 
-/// The estimate moved towards `sample`, fast up, slowly down.
-fn toward(estimate: f64, sample: f64) -> f64 {
+/// Least part of its length a lease must have run for its busy time to teach anything. A lease
+/// ends early when it is revoked (for an interactive client, or for another's probe), at its
+/// holder's next launch, often within a fraction of a millisecond: on an H100, an inference
+/// client's leases revoked for three trainers' probes in turn ran 0.3 ms each, its request
+/// pending for 0.2 ms of them, and those two samples of 0.65 raised its estimate from 0.24 to
+/// 0.55; taken for a busy one, it then held the GPU alone for 44 ms with 0.3 ms of work while the
+/// trainers waited.
+const LEAST_PART: f64 = 0.25;
+
+/// The part of its `length` (as granted) a lease of `wall_ns` ran, at most 1: the weight of the
+/// sample of a lease cut short (revoked), which measures less time than a whole one.
+pub fn part(wall_ns: Nanos, length_ns: Nanos) -> f64 {
+    if length_ns == 0 {
+        return 1.0;
+    }
+    (wall_ns as f64 / length_ns as f64).min(1.0)
+}
+
+/// `from` moved towards `to` by `weight` (all the way at 1).
+fn blend(from: f64, to: f64, weight: f64) -> f64 {
+    if weight >= 1.0 {
+        to
+    } else {
+        from + weight * (to - from)
+    }
+}
+
+/// The estimate moved towards `sample`, fast up, slowly down, as far as a sample of `weight`
+/// (the part of its lease that ran) moves it.
+fn toward(estimate: f64, sample: f64, weight: f64) -> f64 {
     let gain = if sample > estimate {
         GAIN_UP
     } else {
         GAIN_DOWN
     };
-    estimate + gain * (sample - estimate)
+    estimate + gain * weight * (sample - estimate)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -161,13 +195,26 @@ impl Demands {
     /// pair of them of unequal weights had probes move their estimates up and down by turns,
     /// and overlapped (sharing the GPU equally, not by their requests) for eight seconds. A
     /// light process is still known as light: its samples beside others lower the estimate.
-    pub fn learn_probe(&mut self, session: SessionId, busy_ns: Nanos, wall_ns: Nanos, now: Nanos) {
+    ///
+    /// `weight` is 1 for a whole probe; one cut short (revoked for an interactive client) moves
+    /// the estimate by the [`part`] of it that ran, and under [`LEAST_PART`] not at all.
+    pub fn learn_probe(
+        &mut self,
+        session: SessionId,
+        busy_ns: Nanos,
+        wall_ns: Nanos,
+        weight: f64,
+        now: Nanos,
+    ) {
         let (Some(d), Some(sample)) = (self.sessions.get_mut(&session), sample(busy_ns, wall_ns))
         else {
             return;
         };
+        if weight < LEAST_PART {
+            return;
+        }
         let estimate = if d.alone_leases == 0 || sample > d.estimate {
-            sample
+            blend(d.estimate, sample, weight)
         } else {
             d.estimate
         };
@@ -178,12 +225,15 @@ impl Demands {
     }
 
     /// A lease of `session` ended at `now` after `wall_ns`, its work pending for `busy_ns` of it
-    /// (at most the wall time); `alone`: no other lease ran during any of it.
+    /// (at most the wall time); `alone`: no other lease ran during any of it. `weight` is 1 for a
+    /// lease that ran its course; one cut short (revoked) weighs the [`part`] of its length that
+    /// ran, and under [`LEAST_PART`] nothing.
     pub fn learn(
         &mut self,
         session: SessionId,
         busy_ns: Nanos,
         wall_ns: Nanos,
+        weight: f64,
         alone: bool,
         now: Nanos,
     ) {
@@ -191,20 +241,24 @@ impl Demands {
         else {
             return;
         };
+        if weight < LEAST_PART {
+            return;
+        }
         if alone {
             // the first measurement replaces the guess: a light process (an inference client)
             // known as light at once can start beside the others
             let estimate = if d.alone_leases == 0 {
-                sample
+                blend(d.estimate, sample, weight)
             } else {
-                toward(d.estimate, sample)
+                toward(d.estimate, sample, weight)
             };
             d.measured_alone(estimate, sample, now);
             return;
         }
         if sample < d.estimate {
-            d.estimate = toward(d.estimate, sample);
+            d.estimate = toward(d.estimate, sample, weight);
         } else if sample >= PROBE_AT
+            && d.estimate < SURELY_BUSY
             && (d.alone_leases < SETTLED
                 || d.measured_at
                     .is_none_or(|t| now.saturating_sub(t) >= d.probe_wait()))
@@ -226,7 +280,7 @@ mod tests {
         d.add(1);
         assert_eq!(d.get(1), Some(INITIAL_DEMAND));
         for i in 1..=10 {
-            d.learn(1, 2 * MS, 20 * MS, true, i * 20 * MS);
+            d.learn(1, 2 * MS, 20 * MS, 1.0, true, i * 20 * MS);
         }
         assert!((d.get(1).unwrap() - 0.1).abs() < 0.01, "{:?}", d.get(1));
         assert!(!d.probe_due(1));
@@ -238,27 +292,27 @@ mod tests {
     fn leases_beside_others_only_lower_it_and_ask_for_a_probe_when_high() {
         let mut d = Demands::default();
         d.add(1);
-        d.learn(1, 2 * MS, 20 * MS, true, 0);
+        d.learn(1, 2 * MS, 20 * MS, 1.0, true, 0);
         let after_alone = d.get(1).unwrap();
         // waited for the others: reported busy, but the estimate stays
-        d.learn(1, 19 * MS, 20 * MS, false, 20 * MS);
+        d.learn(1, 19 * MS, 20 * MS, 1.0, false, 20 * MS);
         assert_eq!(d.get(1).unwrap(), after_alone);
         assert!(d.probe_due(1), "not settled yet: probed at once");
         for i in 0..SETTLED {
-            d.learn(1, 2 * MS, 20 * MS, true, (21 + i as u64) * MS);
+            d.learn(1, 2 * MS, 20 * MS, 1.0, true, (21 + i as u64) * MS);
         }
         let after_alone = d.get(1).unwrap();
-        d.learn(1, 19 * MS, 20 * MS, false, 30 * MS);
+        d.learn(1, 19 * MS, 20 * MS, 1.0, false, 30 * MS);
         assert_eq!(d.get(1).unwrap(), after_alone);
         assert!(!d.probe_due(1), "measured alone less than PROBE_SOON ago");
-        d.learn(1, 19 * MS, 20 * MS, false, PROBE_SOON + 30 * MS);
+        d.learn(1, 19 * MS, 20 * MS, 1.0, false, PROBE_SOON + 30 * MS);
         assert!(d.probe_due(1));
-        d.learn(1, 20 * MS, 20 * MS, true, PROBE_SOON + 31 * MS);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, true, PROBE_SOON + 31 * MS);
         assert!(!d.probe_due(1));
         assert!(d.get(1).unwrap() > after_alone);
         // a low sample beside others is evidence enough
         let high = d.get(1).unwrap();
-        d.learn(1, 0, 20 * MS, false, PROBE_SOON + 32 * MS);
+        d.learn(1, 0, 20 * MS, 1.0, false, PROBE_SOON + 32 * MS);
         assert!(d.get(1).unwrap() < high);
     }
 
@@ -266,9 +320,9 @@ mod tests {
     fn the_first_lease_alone_replaces_the_guess() {
         let mut d = Demands::default();
         d.add(1);
-        d.learn(1, MS, 20 * MS, true, 20 * MS);
+        d.learn(1, MS, 20 * MS, 1.0, true, 20 * MS);
         assert_eq!(d.get(1), Some(0.05));
-        d.learn(1, 3 * MS, 20 * MS, true, 40 * MS);
+        d.learn(1, 3 * MS, 20 * MS, 1.0, true, 40 * MS);
         assert_eq!(d.get(1), Some(0.1), "later ones are averaged");
     }
 
@@ -280,15 +334,15 @@ mod tests {
         let mut d = Demands::default();
         d.add(1);
         for i in 0..4 {
-            d.learn(1, 19 * MS, 20 * MS, true, i * 20 * MS);
+            d.learn(1, 19 * MS, 20 * MS, 1.0, true, i * 20 * MS);
         }
-        d.learn(1, 6 * MS, 20 * MS, true, 100 * MS);
+        d.learn(1, 6 * MS, 20 * MS, 1.0, true, 100 * MS);
         assert!(d.get(1).unwrap() > 0.8, "{:?}", d.get(1));
         for i in 0..10 {
-            d.learn(1, 2 * MS, 20 * MS, true, (120 + 20 * i) * MS);
+            d.learn(1, 2 * MS, 20 * MS, 1.0, true, (120 + 20 * i) * MS);
         }
         assert!(d.get(1).unwrap() < 0.2, "{:?}", d.get(1));
-        d.learn(1, 20 * MS, 20 * MS, true, 400 * MS);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, true, 400 * MS);
         assert!(d.get(1).unwrap() > 0.5, "{:?}", d.get(1));
     }
 
@@ -296,16 +350,16 @@ mod tests {
     fn a_probe_raises_the_estimate_to_its_sample_and_never_lowers_it() {
         let mut d = Demands::default();
         d.add(1);
-        d.learn_probe(1, MS, 5 * MS, 0);
+        d.learn_probe(1, MS, 5 * MS, 1.0, 0);
         assert_eq!(d.get(1), Some(0.2), "the first replaces the guess");
-        d.learn(1, 5 * MS, 5 * MS, false, MS);
+        d.learn(1, 5 * MS, 5 * MS, 1.0, false, MS);
         assert!(d.probe_due(1), "busy beside others");
-        d.learn_probe(1, 4 * MS, 5 * MS, 2 * MS);
+        d.learn_probe(1, 4 * MS, 5 * MS, 1.0, 2 * MS);
         assert_eq!(d.get(1), Some(0.8), "higher: taken as it is");
         assert!(!d.probe_due(1));
-        d.learn_probe(1, MS, 5 * MS, 3 * MS);
+        d.learn_probe(1, MS, 5 * MS, 1.0, 3 * MS);
         assert_eq!(d.get(1), Some(0.8), "lower: inconclusive");
-        d.learn(1, MS, 5 * MS, false, 4 * MS);
+        d.learn(1, MS, 5 * MS, 1.0, false, 4 * MS);
         assert!(
             d.get(1).unwrap() < 0.8,
             "a low sample beside others lowers it"
@@ -316,14 +370,14 @@ mod tests {
     fn a_probe_is_overdue_after_the_patience_since_it_was_first_due() {
         let mut d = Demands::default();
         d.add(1);
-        d.learn(1, MS, 20 * MS, true, 0);
-        d.learn(1, 20 * MS, 20 * MS, false, 20 * MS);
+        d.learn(1, MS, 20 * MS, 1.0, true, 0);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, false, 20 * MS);
         assert!(d.probe_due(1) && !d.probe_overdue(1, 20 * MS));
         // later busy leases beside others do not move the time it became due
-        d.learn(1, 20 * MS, 20 * MS, false, 200 * MS);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, false, 200 * MS);
         assert!(!d.probe_overdue(1, PROBE_PATIENCE + 19 * MS));
         assert!(d.probe_overdue(1, PROBE_PATIENCE + 20 * MS));
-        d.learn_probe(1, 5 * MS, 5 * MS, PROBE_PATIENCE + 25 * MS);
+        d.learn_probe(1, 5 * MS, 5 * MS, 1.0, PROBE_PATIENCE + 25 * MS);
         assert!(!d.probe_due(1) && !d.probe_overdue(1, 10 * PROBE_PATIENCE));
     }
 
@@ -338,42 +392,115 @@ mod tests {
         let mut t = 0;
         for _ in 0..SETTLED {
             t += 20 * MS;
-            d.learn(1, MS, 20 * MS, true, t);
+            d.learn(1, MS, 20 * MS, 1.0, true, t);
         }
-        d.learn(1, 20 * MS, 20 * MS, false, t + PROBE_SOON - MS);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, false, t + PROBE_SOON - MS);
         assert!(!d.probe_due(1));
         t += PROBE_SOON;
-        d.learn(1, 20 * MS, 20 * MS, false, t);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, false, t);
         assert!(d.probe_due(1));
         let mut wait = PROBE_SOON;
         for _ in 0..5 {
-            d.learn_probe(1, MS, 5 * MS, t);
+            d.learn_probe(1, MS, 5 * MS, 1.0, t);
             wait = (wait * 2).min(PROBE_EVERY);
-            d.learn(1, 20 * MS, 20 * MS, false, t + wait - MS);
+            d.learn(1, 20 * MS, 20 * MS, 1.0, false, t + wait - MS);
             assert!(!d.probe_due(1), "light at its last probe: {} ms", wait / MS);
             t += wait;
-            d.learn(1, 20 * MS, 20 * MS, false, t);
+            d.learn(1, 20 * MS, 20 * MS, 1.0, false, t);
             assert!(d.probe_due(1));
         }
         assert_eq!(wait, PROBE_EVERY);
         // busy at a probe: known as busy, probed no sooner than PROBE_EVERY
-        d.learn_probe(1, 5 * MS, 5 * MS, t);
-        d.learn(1, 20 * MS, 20 * MS, false, t + PROBE_SOON);
+        d.learn_probe(1, 5 * MS, 5 * MS, 1.0, t);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, false, t + PROBE_SOON);
         assert!(!d.probe_due(1), "known as busy");
         // light again alone, then busy beside others: soon
         while d.get(1).unwrap() >= PROBE_AT {
             t += 20 * MS;
-            d.learn(1, MS, 20 * MS, true, t);
+            d.learn(1, MS, 20 * MS, 1.0, true, t);
         }
-        d.learn(1, 20 * MS, 20 * MS, false, t + PROBE_SOON);
+        d.learn(1, 20 * MS, 20 * MS, 1.0, false, t + PROBE_SOON);
         assert!(d.probe_due(1), "busy at its last probe, light since");
+    }
+
+    #[test]
+    fn a_lease_cut_short_weighs_the_part_of_it_that_ran() {
+        let mut d = Demands::default();
+        d.add(1);
+        for i in 1..=10 {
+            d.learn(1, 5 * MS, 20 * MS, 1.0, true, i * 20 * MS);
+        }
+        let light = d.get(1).unwrap();
+        assert!((light - 0.25).abs() < 0.01, "{light}");
+        // revoked at its next launch: 0.3 ms, its request pending for 0.2 ms of it
+        d.learn(
+            1,
+            MS / 5,
+            3 * MS / 10,
+            part(3 * MS / 10, 20 * MS),
+            true,
+            300 * MS,
+        );
+        d.learn(
+            1,
+            MS / 5,
+            3 * MS / 10,
+            part(3 * MS / 10, 20 * MS),
+            false,
+            301 * MS,
+        );
+        assert_eq!(d.get(1).unwrap(), light, "too short to teach anything");
+        assert!(!d.probe_due(1));
+        // half a lease: half the move of a whole one
+        let mut whole = Demands::default();
+        whole.add(1);
+        for i in 1..=10 {
+            whole.learn(1, 5 * MS, 20 * MS, 1.0, true, i * 20 * MS);
+        }
+        whole.learn(1, 20 * MS, 20 * MS, 1.0, true, 400 * MS);
+        d.learn(1, 10 * MS, 10 * MS, part(10 * MS, 20 * MS), true, 400 * MS);
+        let (moved_half, moved_whole) = (d.get(1).unwrap() - light, whole.get(1).unwrap() - light);
+        assert!(
+            (moved_half - moved_whole / 2.0).abs() < 1e-9,
+            "{moved_half} {moved_whole}"
+        );
+        // a probe cut short in the same way
+        d.learn_probe(1, MS / 5, 3 * MS / 10, part(3 * MS / 10, 5 * MS), 500 * MS);
+        assert_eq!(d.get(1).unwrap(), light + moved_half);
+    }
+
+    #[test]
+    fn a_session_surely_busy_is_not_probed_for_busy_samples_beside_others() {
+        let mut d = Demands::default();
+        for (sid, busy) in [(1, 19 * MS), (2, 12 * MS)] {
+            d.add(sid);
+            for i in 1..=SETTLED as u64 {
+                d.learn(sid, busy, 20 * MS, 1.0, true, i * 20 * MS);
+            }
+            d.learn(sid, 20 * MS, 20 * MS, 1.0, false, PROBE_EVERY + 100 * MS);
+        }
+        assert!(d.get(1).unwrap() >= SURELY_BUSY && !d.probe_due(1));
+        assert!(d.get(2).unwrap() < SURELY_BUSY && d.probe_due(2));
+        // light beside others: the estimate falls as before, and a busy sample asks again
+        for i in 0..10 {
+            d.learn(
+                1,
+                2 * MS,
+                20 * MS,
+                1.0,
+                false,
+                PROBE_EVERY + (120 + 20 * i) * MS,
+            );
+        }
+        d.learn(1, 20 * MS, 20 * MS, 1.0, false, 2 * PROBE_EVERY);
+        assert!(d.probe_due(1));
     }
 
     #[test]
     fn a_session_never_measured_alone_is_probed_at_once() {
         let mut d = Demands::default();
         d.add(7);
-        d.learn(7, 20 * MS, 20 * MS, false, MS);
+        d.learn(7, 20 * MS, 20 * MS, 1.0, false, MS);
         assert!(d.probe_due(7));
     }
 }

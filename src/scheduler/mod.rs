@@ -150,6 +150,9 @@ struct Lease {
     client: ClientId,
     start: Nanos,
     end: Nanos,
+    /// Its length as granted (or extended), before a revocation moved `end`: a lease revoked
+    /// early measured its process's demand over part of it ([`demand::part`]).
+    length: Nanos,
     /// GPU time owed so far: wall time, divided among the leases that ran at the same moment.
     owed: f64,
     /// Ended early for an interactive client: no extension, the token goes back at the holder's
@@ -377,10 +380,17 @@ impl Scheduler {
             }
             self.books.entry(h.session).or_default().charge(owed);
         }
-        if h.probe && h.alone {
-            self.demand.learn_probe(h.session, busy, wall, now);
+        // a lease revoked at its holder's next launch measured only the part of it that ran
+        let weight = if h.revoked {
+            demand::part(wall, h.length)
         } else {
-            self.demand.learn(h.session, busy, wall, h.alone, now);
+            1.0
+        };
+        if h.probe && h.alone {
+            self.demand.learn_probe(h.session, busy, wall, weight, now);
+        } else {
+            self.demand
+                .learn(h.session, busy, wall, weight, h.alone, now);
         }
         self.lease_log.ended(h.session, now);
     }
@@ -428,6 +438,7 @@ impl Scheduler {
             client: h.client,
             start: now,
             end: now + quantum,
+            length: quantum,
             owed: 0.0,
             revoked: false,
             alone,
@@ -671,6 +682,7 @@ impl Scheduler {
             client: id,
             start: now,
             end: now + lease_ns,
+            length: lease_ns,
             owed: 0.0,
             revoked: false,
             alone,

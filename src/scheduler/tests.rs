@@ -1221,6 +1221,63 @@ fn a_probe_due_ends_the_running_leases_early() {
     assert!(!s.demand.probe_due(b.session), "measured alone");
 }
 
+/// A lease revoked at its holder's next launch, a fraction of a millisecond after its grant,
+/// measures little: its sample weighs the part of the lease that ran, and nothing under a
+/// quarter. Weighed in whole, a saturating process's lease revoked before its first kernel ran
+/// made it look light (on an H100, three trainers' estimates fell from 0.97 to 0.71-0.79 so), and
+/// an inference client's leases revoked within 0.3 ms, its request pending for 0.2 ms of them,
+/// made it look busy: it then held the GPU alone for 44 ms with 0.3 ms of work while three
+/// trainers waited.
+#[test]
+fn a_lease_revoked_at_once_measures_nothing() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(3, LIVE, 0);
+    s.acquire(1, 10, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    s.release(10, 20 * MS, 20 * MS);
+    let busy = s.demand.get(10).unwrap();
+    assert!(busy > 0.99, "{busy}");
+    s.acquire(1, 10, 20 * MS);
+    assert_eq!(s.poll(20 * MS).unwrap().session, 10);
+    // an interactive client comes: the lease ends at its holder's next launch, at once
+    s.acquire(3, 30, 20 * MS + MS / 5);
+    assert_eq!(s.poll(20 * MS + MS / 5).unwrap().session, 30);
+    assert_eq!(s.take_revoked(), vec![10]);
+    s.release(10, 0, 20 * MS + 3 * MS / 10);
+    assert_eq!(
+        s.demand.get(10).unwrap(),
+        busy,
+        "a 0.3 ms lease teaches nothing"
+    );
+    // half a lease moves the estimate half as far as a whole one
+    s.release(30, MS, 21 * MS);
+    s.acquire(1, 10, 21 * MS);
+    assert_eq!(s.poll(21 * MS).unwrap().session, 10);
+    s.acquire(3, 30, 31 * MS);
+    assert_eq!(s.poll(31 * MS).unwrap().session, 30);
+    assert_eq!(s.take_revoked(), vec![10]);
+    s.release(10, 0, 31 * MS);
+    let half = s.demand.get(10).unwrap();
+    assert!(half < busy, "{half}");
+    let mut whole = gated(20 * MS);
+    whole.set_client(1, shares(0.5, 1.0), 0);
+    whole.acquire(1, 10, 0);
+    whole.poll(0);
+    whole.release(10, 20 * MS, 20 * MS);
+    whole.acquire(1, 10, 20 * MS);
+    whole.poll(20 * MS);
+    whole.set_client(3, LIVE, 0);
+    whole.acquire(3, 30, 21 * MS);
+    whole.poll(21 * MS);
+    whole.release(10, 0, 40 * MS);
+    let lowered = whole.demand.get(10).unwrap();
+    assert!(
+        ((busy - half) - (busy - lowered) / 2.0).abs() < 1e-9,
+        "{busy} {half} {lowered}"
+    );
+}
+
 /// An inference-like process (a short lease of work every 5 ms) among saturating processes of
 /// unequal weights, all of which (it too) look busy beside each other and are probed now and
 /// then: it waits for drained queues and short probes, never for the rest of a 20 ms lease.
