@@ -9,13 +9,17 @@ sync-interval sweep (sweep.sh).
       runs those kernels until the absolute time T, synchronizing after every S kernels; S = 0
       never synchronizes but every --queue-s seconds of work (default 1 s: the job keeps about a
       second of work queued, or what the driver's launch queue holds for short kernels).
+      --streams K spreads the kernels over K streams in turn (each its own output; a sample
+      waits for all of them); --side-us U adds a thread that, every U microseconds, runs a tiny
+      kernel on a stream of its own and synchronizes that stream (a metrics or logging side
+      stream beside the main queue): the two ways a process's queue is more than one stream.
 
 Prints one JSON line like matmul_job.py: the job's name, phase and (wall time, kernels done)
 samples, one about every --check-s seconds of work. The sample times come from CUDA events on the
 job's stream (their GPU timestamps, anchored to time.time() once at the start), so they are the
 times the kernels finished even while the CPU runs a second ahead of the GPU.
 """
-import argparse, json, math, os, time
+import argparse, json, math, os, threading, time
 import torch
 
 
@@ -95,6 +99,31 @@ def calibrate(target, memo):
     return b, n, memo[(b, n)]
 
 
+def side_thread(every_us):
+    """Starts the side thread; returns a function that stops it and gives its synchronized runs."""
+    stream = torch.cuda.Stream()
+    z = torch.zeros(256, device="cuda")
+    stop = threading.Event()
+    runs = [0]
+
+    def loop():
+        while not stop.is_set():
+            with torch.cuda.stream(stream):
+                z.add_(1.0)
+            stream.synchronize()
+            runs[0] += 1
+            time.sleep(every_us / 1e6)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+
+    def end():
+        stop.set()
+        t.join()
+        return runs[0]
+    return end
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("name", nargs="?", default="calibrate")
@@ -110,6 +139,9 @@ def main():
     p.add_argument("--queue-s", type=float, default=1.0)
     p.add_argument("--host-us", type=float, default=0.0,
                    help="host work (a sleep) after each synchronize: a job that leaves the GPU idle")
+    p.add_argument("--streams", type=int, default=1, help="kernels spread over this many streams in turn")
+    p.add_argument("--side-us", type=float, default=0.0,
+                   help="a side thread: a tiny kernel on its own stream, synchronized, every SIDE_US")
     p.add_argument("--check-s", type=float, default=0.02, help="a sample about every CHECK_S seconds of work")
     p.add_argument("--request", type=float, help="the client's request, recorded for the analysis")
     a = p.parse_args()
@@ -133,6 +165,11 @@ def main():
     k_s = (a.kernel_us or time_kernel(b, n)) / 1e6
     every = max(1, round(a.check_s / k_s))  # kernels between samples
     batch = a.sync if a.sync > 0 else max(1, round(a.queue_s / k_s))  # kernels between synchronizes
+    main_stream = torch.cuda.current_stream()
+    others = [torch.cuda.Stream() for _ in range(a.streams - 1)]
+    outs = [y] + [torch.empty_like(y) for _ in others]
+    lanes = [(main_stream, outs[0])] + list(zip(others, outs[1:]))
+    side = side_thread(a.side_us) if a.side_us > 0 else None
 
     ref = torch.cuda.Event(enable_timing=True)
     ref.record()
@@ -146,33 +183,41 @@ def main():
             samples.append((round(t_ref + ref.elapsed_time(ev) / 1e3, 5), k))
         pending.clear()
 
+    def record(k):
+        """An event on the main stream after every stream's kernels so far."""
+        for s in others:
+            main_stream.wait_stream(s)
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(main_stream)
+        pending.append((ev, k))
+
     done = 0
     stop = False
     while not stop:
         for _ in range(batch):
-            torch.matmul(x, w, out=y)
+            s, out = lanes[done % len(lanes)]
+            with torch.cuda.stream(s):
+                torch.matmul(x, w, out=out)
             done += 1
             if done % every == 0:
-                ev = torch.cuda.Event(enable_timing=True)
-                ev.record()
-                pending.append((ev, done))
+                record(done)
                 if time.time() >= a.until:
                     stop = True
                     break
         if time.time() >= a.until:
             stop = True
         if stop and (not pending or pending[-1][1] != done):
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            pending.append((ev, done))
+            record(done)
         torch.cuda.synchronize()
         drain()
         if a.host_us:
             time.sleep(a.host_us / 1e6)
+    side_runs = side() if side else None
     check = float(y.reshape(-1)[:8].float().sum().item())
     print(json.dumps({"name": a.name, "phase": a.phase, "cell": a.cell, "mode": a.mode, "user": a.user,
                       "uid": os.getuid(), "request": a.request, "unit": "kernels", "shape": [b, n],
-                      "kernel_us": a.kernel_us, "sync": a.sync, "sync_batch": batch, "host_us": a.host_us, "sample_every": every,
+                      "kernel_us": a.kernel_us, "sync": a.sync, "sync_batch": batch, "host_us": a.host_us,
+                      "streams": a.streams, "side_us": a.side_us, "side_runs": side_runs, "sample_every": every,
                       "until": a.until, "samples": samples, "check": check}), flush=True)
 
 

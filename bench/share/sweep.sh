@@ -21,6 +21,10 @@
 #   HEAVY+LIGHT.mix (MIX_CELLS) a saturating job (client a, 0.5, gsbench1) beside one that leaves
 #               the GPU idle (client b, 0.5, gsbench2), each against its own solo rate. A cell
 #               KERNEL:SYNC:HOST_US sleeps HOST_US after each synchronize (host work).
+#   A cell's job may use more than one stream: KERNEL:SYNC,streams=K spreads its kernels over K
+#   streams in turn; KERNEL:SYNC,side=U adds a thread that runs a tiny kernel on a stream of its
+#   own and synchronizes it every U microseconds (kernel_job.py --streams, --side-us), e.g. the
+#   pair 1600us:0+1600us:0,side=1000 (client b's queue beside a side stream).
 # Then (TRANSFORMER) an 8-layer transformer training loop (transformer_job.py), or the loop LOOP
 # names: alone (LOOP.solo), two under gpushare as a/b above (LOOP.gpushare), and two without
 # the hook, the driver's time-slicing (LOOP.timeslice).
@@ -54,6 +58,10 @@
 #               matmuls and a RawKernel)
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
+#   SOLO_AGAIN  when set, each cell's solo phase runs again after its shared phases, and shares
+#               are taken against the mean of the two (a host whose speed drifts: jobs that
+#               synchronize often are bound by the host, whose speed moved their solo rate by up
+#               to a fifth within minutes on one H100 machine)
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
 #   NAME.stats.txt (each hooked job's counters, GPUSHARE_STATS=1)
 #   SPAN [15] measured seconds of a shared phase, SOLO_SPAN [8] of a solo one, STARTUP [8] (and
@@ -162,13 +170,23 @@ start_daemon() {
 
 # kernel jobs: kjob_args CELL -> the shape, kernel time and sync options of its kernel
 kjob_args() {
-  local k=${1%%:*} rest=${1#*:} host=0
+  local base=${1%%,*} k=${1%%:*} rest host=0 m mods="" mods_list
+  rest=${base#*:}
   [[ $rest == *:* ]] && host=${rest#*:}
-  echo "--cell $1 --shape ${shape[$k]} --kernel-us ${kus[$k]} --sync ${rest%%:*} --host-us $host"
+  if [[ $1 == *,* ]]; then
+    mods_list=${1#*,}
+    for m in ${mods_list//,/ }; do
+      case ${m%%=*} in
+        streams) mods+=" --streams ${m#*=}" ;;
+        side) mods+=" --side-us ${m#*=}" ;;
+      esac
+    done
+  fi
+  echo "--cell $1 --shape ${shape[$k]} --kernel-us ${kus[$k]} --sync ${rest%%:*} --host-us $host$mods"
 }
-solo_cell() { # CELL: once per cell and run
+solo_cell() { # CELL [again]: once per cell and run, or (again) once more
   local cell=$1 phase=$1.solo pids=() f
-  [[ -n ${solo_done[$cell]:-} ]] && return
+  [[ -n ${solo_done[$cell]:-} && ${2:-} != again ]] && return
   solo_done[$cell]=1
   log "== $phase"
   fits $((startup + solo_span + 12)) "$phase" || return
@@ -303,9 +321,9 @@ for l in open(sys.argv[1]):
 ' "$work/cal")
 fi
 
-valid() { # CELL: KERNEL:SYNC, e.g. 50us:1, 1.6ms:0
-  [[ $1 =~ ^[0-9.]+(us|ms):[0-9]+(:[0-9]+)?$ ]] && return 0
-  json_line phase="$1" error="not a cell (KERNEL:SYNC, e.g. 50us:4)" >>"$out"
+valid() { # CELL: KERNEL:SYNC[:HOST_US][,streams=K][,side=U], e.g. 50us:1, 1.6ms:0,side=1000
+  [[ $1 =~ ^[0-9.]+(us|ms):[0-9]+(:[0-9]+)?(,streams=[0-9]+)?(,side=[0-9]+)?$ ]] && return 0
+  json_line phase="$1" error="not a cell (KERNEL:SYNC[:HOST_US][,streams=K][,side=U], e.g. 50us:4)" >>"$out"
   return 1
 }
 # each KIND:LIST, in this order: the cells of LIST, a solo phase for each of their kernels (a
@@ -318,6 +336,10 @@ for kind_list in pair:cells quad:quad_cells alone:alone_cells mix:mix_cells time
     [[ $cell == *+* ]] && solo_cell "${cell#*+}"
     shared_cell "$cell" "${kind_list%%:*}"
     [[ -n ${ALT_TARGET:-} ]] && shared_cell "$cell" "${kind_list%%:*}_alt"
+    if [[ -n ${SOLO_AGAIN:-} ]]; then
+      solo_cell "${cell%%+*}" again
+      [[ $cell == *+* ]] && solo_cell "${cell#*+}" again
+    fi
   done
 done
 if [[ -n ${transformer// /} ]]; then
