@@ -38,7 +38,9 @@
 #  17  shares: pairs of 50 us kernels synchronizing after each, 4096² matmuls (about 200 us)
 #      and 8192² ones (about 1.6 ms) synchronizing every 4, 20 ms kernels never synchronizing;
 #      four clients of 50 us kernels; two transformer training loops, under gpushare and
-#      time-sliced (share/sweep.sh, results as sweep_table)
+#      time-sliced (share/sweep.sh, results as sweep_table); every solo phase runs before and
+#      after the shared ones it measures (the host's speed drifts, and jobs that synchronize
+#      often, or a training loop, are bound by it)
 #  18  8 launch-bound MLP jobs of 8 users against time-slicing (two rounds); the interactive
 #      inference client beside three trainers; 4 matmul and 4 small-MLP loops under plain MPS
 #      and under gpushare with MPS (throughput/run.sh)
@@ -97,8 +99,8 @@ for part in $parts; do
           BUDGET=200 step sweep_cupy 260 "$here/share/sweep.sh" "$out"
         NAME=sweep_graphed LOOP=graphed TF_STARTUP=20 CELLS="" QUAD_CELLS="" TRANSFORMER="gpushare timeslice" \
           BUDGET=150 step sweep_graphed 200 "$here/share/sweep.sh" "$out" ;;
-    17) NAME=sweep_table CELLS="50us:1 200us:4 1600us:4 20ms:0" QUAD_CELLS="50us:1" \
-          TRANSFORMER="gpushare timeslice" BUDGET=500 step sweep_table 560 "$here/share/sweep.sh" "$out" ;;
+    17) NAME=sweep_table CELLS="50us:1 200us:4 1600us:4 20ms:0" QUAD_CELLS="50us:1" SOLO_AGAIN=1 \
+          TRANSFORMER="gpushare solo timeslice solo" BUDGET=540 step sweep_table 590 "$here/share/sweep.sh" "$out" ;;
     18) ROUNDS=2 MODES="timeslice gpushare_users" BUDGET=240 step launch_bound 280 \
           "$here/throughput/launch_bound.sh" "$out"
         PHASES="solo timeslice gpushare_interactive_default" \
