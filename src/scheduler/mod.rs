@@ -155,8 +155,8 @@ struct Lease {
     length: Nanos,
     /// GPU time owed so far: wall time, divided among the leases that ran at the same moment.
     owed: f64,
-    /// Ended early for an interactive client: no extension, the token goes back at the holder's
-    /// next launch.
+    /// Ended early, for an interactive client or a probe first in line: no extension, the token
+    /// goes back at the holder's next launch.
     revoked: bool,
     /// No other lease ran during any of it: its busy time measures its process's demand.
     alone: bool,
