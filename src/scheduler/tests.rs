@@ -1784,3 +1784,107 @@ fn a_process_due_a_probe_that_always_finds_room_beside_others_is_still_probed() 
         assert_near(held[&c] / 1000.0, request, 0.05, &format!("client {c}"));
     }
 }
+
+mod properties {
+    //! Share invariants over random clients: saturating clients divide the GPU by their
+    //! requests, limits hold, and demand estimates stay fractions that revoked scraps of
+    //! leases do not move.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// 2 to 5 clients' requests, adding up to at most 1.
+    fn requests() -> impl Strategy<Value = Vec<f64>> {
+        (prop::collection::vec(5u32..=100, 2..=5), 50u32..=100).prop_map(|(raw, total)| {
+            let sum: u32 = raw.iter().sum();
+            raw.iter()
+                .map(|&r| r as f64 / sum as f64 * total as f64 / 100.0)
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Saturating clients (one lease at a time, with or without extensions) get the GPU in
+        /// proportion to their requests: what the others leave idle goes to them by request.
+        #[test]
+        fn saturating_clients_divide_the_gpu_by_request(
+            rs in requests(),
+            extending in any::<bool>(),
+            quantum_ms in 5u64..=50,
+        ) {
+            let mut sim = Sim::new(quantum_ms * MS);
+            sim.extending = extending;
+            for (i, &r) in rs.iter().enumerate() {
+                sim.client(i as ClientId + 1, r, 1.0);
+                sim.saturate(i as ClientId + 1);
+            }
+            let got = sim.run_for(60 * S);
+            let total: f64 = rs.iter().sum();
+            for (i, &r) in rs.iter().enumerate() {
+                let share = got.get(&(i as ClientId + 1)).copied().unwrap_or(0.0);
+                prop_assert!(
+                    (share - r / total).abs() <= 0.015,
+                    "client {} of requests {:?}: {:.4}, due {:.4}", i + 1, rs, share, r / total
+                );
+            }
+        }
+
+        /// A client's limit caps it even when the others leave the GPU to it, and the rest is
+        /// still divided by request.
+        #[test]
+        fn a_limit_caps_its_client_and_the_rest_goes_by_request(
+            rs in requests(),
+            limit_pct in 5u32..=60,
+        ) {
+            let limit = limit_pct as f64 / 100.0;
+            let mut sim = Sim::new(20 * MS);
+            for (i, &r) in rs.iter().enumerate() {
+                sim.client(i as ClientId + 1, r, if i == 0 { limit } else { 1.0 });
+                sim.saturate(i as ClientId + 1);
+            }
+            let got = sim.run_for(60 * S);
+            let first = got.get(&1).copied().unwrap_or(0.0);
+            prop_assert!(first <= limit + 0.01, "limited to {limit}: {first:.4}");
+            let others: f64 = rs[1..].iter().sum();
+            let left = 1.0 - first;
+            for (i, &r) in rs.iter().enumerate().skip(1) {
+                let share = got.get(&(i as ClientId + 1)).copied().unwrap_or(0.0);
+                prop_assert!(
+                    (share - left * r / others).abs() <= 0.02,
+                    "client {} of {:?}, the first limited to {}: {:.4}", i + 1, rs, limit, share
+                );
+            }
+        }
+
+        /// Whatever a process reports, its estimate stays a fraction; a lease cut short before a
+        /// quarter of it ran changes neither the estimate nor whether a probe is due.
+        #[test]
+        fn demand_estimates_stay_fractions_and_scraps_teach_nothing(
+            leases in prop::collection::vec(
+                (0u64..=40, 1u64..=40, 1u64..=20, any::<bool>(), any::<bool>()),
+                1..60,
+            ),
+        ) {
+            let mut d = demand::Demands::default();
+            d.add(1);
+            let mut now = 0;
+            for (busy_ms, wall_ms, length_ms, alone, probe) in leases {
+                now += wall_ms * MS;
+                let weight = demand::part(wall_ms * MS, length_ms * MS);
+                let (before, due_before) = (d.get(1).unwrap(), d.probe_due(1));
+                if probe {
+                    d.learn_probe(1, busy_ms * MS, wall_ms * MS, weight, now);
+                } else {
+                    d.learn(1, busy_ms * MS, wall_ms * MS, weight, alone, now);
+                }
+                let after = d.get(1).unwrap();
+                prop_assert!((0.0..=1.0).contains(&after), "estimate {after}");
+                if weight < 0.25 {
+                    prop_assert_eq!(after, before);
+                    prop_assert_eq!(d.probe_due(1), due_before);
+                }
+            }
+        }
+    }
+}
