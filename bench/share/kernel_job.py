@@ -167,8 +167,7 @@ def main():
     batch = a.sync if a.sync > 0 else max(1, round(a.queue_s / k_s))  # kernels between synchronizes
     main_stream = torch.cuda.current_stream()
     others = [torch.cuda.Stream() for _ in range(a.streams - 1)]
-    outs = [y] + [torch.empty_like(y) for _ in others]
-    lanes = [(main_stream, outs[0])] + list(zip(others, outs[1:]))
+    lanes = [(main_stream, y)] + [(s, torch.empty_like(y)) for s in others]  # (stream, output)
     side = side_thread(a.side_us) if a.side_us > 0 else None
 
     ref = torch.cuda.Event(enable_timing=True)

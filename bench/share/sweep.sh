@@ -59,9 +59,9 @@
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   SOLO_AGAIN  when set, each cell's solo phase runs again after its shared phases, and shares
-#               are taken against the mean of the two (a host whose speed drifts: jobs that
-#               synchronize often are bound by the host, whose speed moved their solo rate by up
-#               to a fifth within minutes on one H100 machine)
+#               are taken against the mean of the cell's solo phases (a host whose speed
+#               drifts: jobs that synchronize often are bound by the host, whose speed moved
+#               their solo rate by up to a fifth within minutes on one H100 machine)
 #   NAME [sweep]: output files NAME.jsonl, NAME_summary.json, NAME.gpushared.log and
 #   NAME.stats.txt (each hooked job's counters, GPUSHARE_STATS=1)
 #   SPAN [15] measured seconds of a shared phase, SOLO_SPAN [8] of a solo one, STARTUP [8] (and

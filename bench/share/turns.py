@@ -13,13 +13,12 @@ and that progress over the time it held (its rate in its turns, to set beside it
 then the part held by two or more at once and the part nobody held. Compressed files (.xz,
 .gz) are read as they are.
 """
-import bisect
 import datetime
 import json
 import re
 import sys
 
-from analyze import open_text
+from analyze import done_at, open_text
 
 
 def stamp(text):
@@ -62,17 +61,6 @@ def leases(run):
 
 def overlap(spans, a, b):
     return sum(max(0.0, min(e, b) - max(s, a)) for s, e in spans)
-
-
-def done_at(samples, t):
-    ts = [s[0] for s in samples]
-    i = bisect.bisect_left(ts, t)
-    if i <= 0:
-        return samples[0][1]
-    if i >= len(samples):
-        return samples[-1][1]
-    (ta, na), (tb, nb) = samples[i - 1], samples[i]
-    return na + (nb - na) * (t - ta) / (tb - ta) if tb > ta else nb
 
 
 def main():
