@@ -13,6 +13,9 @@ sync-interval sweep (sweep.sh).
       waits for all of them); --side-us U adds a thread that, every U microseconds, runs a tiny
       kernel on a stream of its own and synchronizes that stream (a metrics or logging side
       stream beside the main queue): the two ways a process's queue is more than one stream.
+      --big B,N --big-every K makes every K-th kernel one of that other shape (a job whose kernels
+      differ in size: a long reduction, an evaluation step or a checkpoint's work among short
+      kernels), its time recorded with --big-us; progress still counts kernels.
 
 Prints one JSON line like matmul_job.py: the job's name, phase and (wall time, kernels done)
 samples, one about every --check-s seconds of work. The sample times come from CUDA events on the
@@ -142,6 +145,9 @@ def main():
     p.add_argument("--streams", type=int, default=1, help="kernels spread over this many streams in turn")
     p.add_argument("--side-us", type=float, default=0.0,
                    help="a side thread: a tiny kernel on its own stream, synchronized, every SIDE_US")
+    p.add_argument("--big", help="B,N: the shape of every --big-every-th kernel")
+    p.add_argument("--big-every", type=int, default=0, help="every BIG_EVERY-th kernel is of shape --big")
+    p.add_argument("--big-us", type=float, help="the big kernel's calibrated time, recorded")
     p.add_argument("--check-s", type=float, default=0.02, help="a sample about every CHECK_S seconds of work")
     p.add_argument("--request", type=float, help="the client's request, recorded for the analysis")
     a = p.parse_args()
@@ -163,6 +169,15 @@ def main():
         torch.matmul(x, w, out=y)
     torch.cuda.synchronize()
     k_s = (a.kernel_us or time_kernel(b, n)) / 1e6
+    big = None
+    if a.big and a.big_every > 0:
+        bb, bn = (int(v) for v in a.big.split(","))
+        bx, bw, by = tensors(bb, bn)
+        torch.matmul(bx, bw, out=by)
+        torch.cuda.synchronize()
+        big_s = (a.big_us or time_kernel(bb, bn)) / 1e6
+        k_s = ((a.big_every - 1) * k_s + big_s) / a.big_every  # the mean kernel
+        big = (bx, bw, by)
     every = max(1, round(a.check_s / k_s))  # kernels between samples
     batch = a.sync if a.sync > 0 else max(1, round(a.queue_s / k_s))  # kernels between synchronizes
     main_stream = torch.cuda.current_stream()
@@ -196,7 +211,10 @@ def main():
         for _ in range(batch):
             s, out = lanes[done % len(lanes)]
             with torch.cuda.stream(s):
-                torch.matmul(x, w, out=out)
+                if big and (done + 1) % a.big_every == 0:
+                    torch.matmul(big[0], big[1], out=big[2])
+                else:
+                    torch.matmul(x, w, out=out)
             done += 1
             if done % every == 0:
                 record(done)
@@ -216,7 +234,7 @@ def main():
     print(json.dumps({"name": a.name, "phase": a.phase, "cell": a.cell, "mode": a.mode, "user": a.user,
                       "uid": os.getuid(), "request": a.request, "unit": "kernels", "shape": [b, n],
                       "kernel_us": a.kernel_us, "sync": a.sync, "sync_batch": batch, "host_us": a.host_us,
-                      "streams": a.streams, "side_us": a.side_us, "side_runs": side_runs, "sample_every": every,
+                      "streams": a.streams, "side_us": a.side_us, "big": a.big, "big_every": a.big_every, "big_us": a.big_us, "side_runs": side_runs, "sample_every": every,
                       "until": a.until, "samples": samples, "check": check}), flush=True)
 
 

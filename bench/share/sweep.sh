@@ -24,7 +24,9 @@
 #   A cell's job may use more than one stream: KERNEL:SYNC,streams=K spreads its kernels over K
 #   streams in turn; KERNEL:SYNC,side=U adds a thread that runs a tiny kernel on a stream of its
 #   own and synchronizes it every U microseconds (kernel_job.py --streams, --side-us), e.g. the
-#   pair 1600us:0+1600us:0,side=1000 (client b's queue beside a side stream).
+#   pair 1600us:0+1600us:0,side=1000 (client b's queue beside a side stream). KERNEL:SYNC,big=K/N
+#   makes every Nth kernel one of time K (kernel_job.py --big): kernels of two sizes in one queue,
+#   e.g. 50us:1,big=20ms/200.
 # Then (TRANSFORMER) an 8-layer transformer training loop (transformer_job.py), or the loop LOOP
 # names: alone (LOOP.solo), two under gpushare as a/b above (LOOP.gpushare), and two without
 # the hook, the driver's time-slicing (LOOP.timeslice).
@@ -55,7 +57,9 @@
 #               dataload (host work in every step), tiny (tiny kernels, a synchronize each step),
 #               graphed (the cnn step replayed as one CUDA graph);
 #               or a loop of framework_job.py: jax (a transformer encoder in JAX), cupy (CuPy
-#               matmuls and a RawKernel)
+#               matmuls and a RawKernel); or compiled: the transformer loop through
+#               torch.compile (TorchInductor's Triton kernels), each user's compile cache
+#               filled before the first phase
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   SOLO_AGAIN  when set, each cell's solo phase runs again after its shared phases, and shares
@@ -179,6 +183,10 @@ kjob_args() {
       case ${m%%=*} in
         streams) mods+=" --streams ${m#*=}" ;;
         side) mods+=" --side-us ${m#*=}" ;;
+        big)
+          local bk=${m#*=}
+          mods+=" --big ${shape[${bk%/*}]} --big-us ${kus[${bk%/*}]} --big-every ${bk#*/}"
+          ;;
       esac
     done
   fi
@@ -191,7 +199,7 @@ solo_cell() { # CELL [again]: once per cell and run, or (again) once more
   log "== $phase"
   fits $((startup + solo_span + 12)) "$phase" || return
   [[ -n ${shape[${cell%%:*}]:-} ]] || { json_line phase="$phase" error="kernel ${cell%%:*} not calibrated" >>"$out"; return; }
-  f=$work/${phase//:/_}
+  f=$work/${phase//[:\/]/_}
   # shellcheck disable=SC2046
   launch "$f" "$u1" "" kernel_job.py solo --phase "$phase" --mode solo --user "$u1" $(kjob_args "$cell") \
     --until "$(at $((startup / 2 + solo_span + 1)))"
@@ -218,7 +226,7 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
   until=$(at $((startup + span)))
   for c in "${clients[@]}"; do
     IFS=: read -r n r u <<<"$c"
-    files+=("$work/${phase//:/_}.$n")
+    files+=("$work/${phase//[:\/]/_}.$n")
     # a cell A+B (mixed, or a pair of different jobs): client a runs A, the others B
     jcell=$cell
     [[ $cell == *+* ]] && { [[ $n == a ]] && jcell=${cell%%+*} || jcell=${cell#*+}; }
@@ -243,6 +251,8 @@ loop_job() {
   shift 4
   if [[ $loop == transformer ]]; then
     launch "$f" "$u" "$e" transformer_job.py "$n" "$@"
+  elif [[ $loop == compiled ]]; then
+    launch "$f" "$u" "$e" transformer_job.py "$n" --compile --cell compiled "$@"
   elif [[ $loop == jax || $loop == cupy ]]; then
     launch "$f" "$u" "$e" framework_job.py "$n" --kind "$loop" --cell "$loop" "$@"
   else
@@ -301,7 +311,10 @@ fi
 bench_copy "$here/kernel_job.py" "$here/transformer_job.py" "$here/framework_job.py" "$here/../mixed/lab_job.py"
 
 declare -A shape=() kus=() solo_done=() tf_runs=()
-kernels=$(for c in ${cells//+/ } $quad_cells $alone_cells ${mix_cells//+/ } ${timeslice_cells//+/ }; do [[ $c == *:* ]] && echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
+kernels=$(for c in ${cells//+/ } $quad_cells $alone_cells ${mix_cells//+/ } ${timeslice_cells//+/ }; do
+  [[ $c == *:* ]] && echo "${c%%:*}"
+  [[ $c == *,big=*/* ]] && { b=${c#*,big=}; echo "${b%%/*}"; }
+done | awk '!seen[$0]++' | tr '\n' ' ')
 if [[ -n ${kernels// /} ]]; then
   log "== calibration: $kernels"
   # shellcheck disable=SC2086
@@ -321,9 +334,9 @@ for l in open(sys.argv[1]):
 ' "$work/cal")
 fi
 
-valid() { # CELL: KERNEL:SYNC[:HOST_US][,streams=K][,side=U], e.g. 50us:1, 1.6ms:0,side=1000
-  [[ $1 =~ ^[0-9.]+(us|ms):[0-9]+(:[0-9]+)?(,streams=[0-9]+)?(,side=[0-9]+)?$ ]] && return 0
-  json_line phase="$1" error="not a cell (KERNEL:SYNC[:HOST_US][,streams=K][,side=U], e.g. 50us:4)" >>"$out"
+valid() { # CELL: KERNEL:SYNC[:HOST_US][,streams=K][,side=U][,big=K/N], e.g. 50us:1, 1.6ms:0,side=1000
+  [[ $1 =~ ^[0-9.]+(us|ms):[0-9]+(:[0-9]+)?(,streams=[0-9]+)?(,side=[0-9]+)?(,big=[0-9.]+(us|ms)/[0-9]+)?$ ]] && return 0
+  json_line phase="$1" error="not a cell (KERNEL:SYNC[:HOST_US][,streams=K][,side=U][,big=K/N], e.g. 50us:4)" >>"$out"
   return 1
 }
 # each KIND:LIST, in this order: the cells of LIST, a solo phase for each of their kernels (a
@@ -343,6 +356,15 @@ for kind_list in pair:cells quad:quad_cells alone:alone_cells mix:mix_cells time
   done
 done
 if [[ -n ${transformer// /} ]]; then
+  if [[ $loop == compiled ]]; then
+    # compile once per user before the phases (TorchInductor's cache in each user's /tmp)
+    log "== compiled: compile caches"
+    pids=()
+    for u in "$u1" "$u2"; do loop_job "$work/compile.$u" "$u" "" warm --phase warm --until 0; done
+    wait "${pids[@]}"
+    for u in "$u1" "$u2"; do grep -q '^{' "$work/compile.$u" || tail -3 "$work/compile.$u.err" >&2; done
+    pids=()
+  fi
   transformer_phase solo
   for t in $transformer; do
     case $t in

@@ -2,7 +2,10 @@
 (d_model 1024, 16 heads, feed-forward 4096, causal, sequence 512, batch 8, vocabulary 8192;
 about 117M parameters), AdamW, torch.autocast bf16, synthetic token data kept on the GPU, the
 loss read with loss.item() every --every steps (the loop's only synchronize, as a training
-script's logging does), until a deadline.
+script's logging does), until a deadline. With --compile the model runs through torch.compile
+(TorchInductor: fused Triton kernels, launched by Triton's own launcher); it compiles in the
+warm-up steps, before the first sample (--until in the past: compile, warm up and exit, which
+fills the user's compile cache).
 
 Prints one JSON line like matmul_job.py: the job's name, phase and (wall time, steps done)
 samples, one at each loss.item().
@@ -24,6 +27,7 @@ p.add_argument("--heads", type=int, default=16)
 p.add_argument("--seq", type=int, default=512)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--vocab", type=int, default=8192)
+p.add_argument("--compile", action="store_true", help="torch.compile the model")
 p.add_argument("--request", type=float, help="the client's request, recorded for the analysis")
 a = p.parse_args()
 
@@ -48,6 +52,7 @@ class LM(torch.nn.Module):
 
 torch.manual_seed(0)
 model = LM().cuda()
+fwd = torch.compile(model) if a.compile else model
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
 data = torch.randint(0, a.vocab, (16, a.batch, a.seq + 1), device="cuda")
 
@@ -55,7 +60,7 @@ data = torch.randint(0, a.vocab, (16, a.batch, a.seq + 1), device="cuda")
 def step(i):
     tok = data[i % 16]
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        logits = model(tok[:, :-1])
+        logits = fwd(tok[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tok[:, 1:].flatten())
     opt.zero_grad(set_to_none=True)
     loss.backward()
