@@ -44,6 +44,13 @@
 #  18  8 launch-bound MLP jobs of 8 users against time-slicing (two rounds); the interactive
 #      inference client beside three trainers; 4 matmul and 4 small-MLP loops under plain MPS
 #      and under gpushare with MPS (throughput/run.sh)
+# and workloads beyond that table:
+#  19  clients of equal requests (0.5 / 0.5) of 50 us kernels synchronizing after each and of
+#      1.6 ms kernels synchronizing every 4, under gpushare and time-sliced (share/sweep.sh,
+#      results as sweep_equal)
+#  20  kernels of two sizes in one queue (a 20 ms kernel every 200 of 50 us synchronizing after
+#      each, every 50 of 200 us never synchronizing); the transformer loop through
+#      torch.compile, under gpushare and time-sliced (results as sweep_mixed_sizes)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -106,6 +113,11 @@ for part in $parts; do
         PHASES="solo timeslice gpushare_interactive_default" \
           step latency_interactive 150 "$here/latency/run.sh" "$out/interactive"
         MODES="mps gpushare_mps_concurrent" COUNTS=4 step throughput 200 "$here/throughput/run.sh" "$out" ;;
+    19) NAME=sweep_equal CELLS="" QUAD_CELLS="" MIX_CELLS="50us:1 1600us:4" TIMESLICE_CELLS="50us:1 1600us:4" \
+          SOLO_AGAIN=1 TRANSFORMER="" BUDGET=420 step sweep_equal 480 "$here/share/sweep.sh" "$out" ;;
+    20) NAME=sweep_mixed_sizes CELLS="50us:1,big=20ms/200 200us:0,big=20ms/50" QUAD_CELLS="" SOLO_AGAIN=1 \
+          LOOP=compiled TF_STARTUP=40 TRANSFORMER="gpushare timeslice solo" BUDGET=540 \
+          step sweep_mixed_sizes 590 "$here/share/sweep.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done
