@@ -19,8 +19,9 @@
 #   CELL.timeslice (TIMESLICE_CELLS) the pair's two jobs without the hook: the driver's
 #               time-slicing, for comparison (no due shares);
 #   HEAVY+LIGHT.mix (MIX_CELLS) a saturating job (client a, 0.5, gsbench1) beside one that leaves
-#               the GPU idle (client b, 0.5, gsbench2), each against its own solo rate. A cell
-#               KERNEL:SYNC:HOST_US sleeps HOST_US after each synchronize (host work).
+#               the GPU idle (client b, 0.5, gsbench2), each against its own solo rate (MIX_REQUESTS
+#               A/B sets the two requests [0.5/0.5]); a cell without + runs the same job in both.
+#               A cell KERNEL:SYNC:HOST_US sleeps HOST_US after each synchronize (host work).
 #   A cell's job may use more than one stream: KERNEL:SYNC,streams=K spreads its kernels over K
 #   streams in turn; KERNEL:SYNC,side=U adds a thread that runs a tiny kernel on a stream of its
 #   own and synchronizes it every U microseconds (kernel_job.py --streams, --side-us), e.g. the
@@ -100,6 +101,7 @@ tf_startup=${TF_STARTUP:-14}
 window=${WINDOW:-10}
 quantum=${QUANTUM:-}
 queue_ahead=${QUEUE_AHEAD:-}
+MIX_REQUESTS=${MIX_REQUESTS:-0.5/0.5}
 budget=${BUDGET:-450}
 job_limit=$((tf_startup + span + 90))
 mkdir -p "$outdir"
@@ -217,7 +219,7 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
     pair) clients=("a:0.75:$u1" "b:0.25:$u2") ;;
     quad) clients=("q1:0.4:$u1" "q2:0.3:$u2" "q3:0.2:$u1" "q4:0.1:$u2") ;;
     alone) clients=("a:0.75:$u1") ;;
-    mix) clients=("a:0.5:$u1" "b:0.5:$u2") ;;
+    mix) clients=("a:${MIX_REQUESTS%/*}:$u1" "b:${MIX_REQUESTS#*/}:$u2") ;;
     timeslice) clients=("a::$u1" "b::$u2") hook="" ;;
   esac
   if [[ -n $hook ]]; then
