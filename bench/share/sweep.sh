@@ -101,7 +101,7 @@ tf_startup=${TF_STARTUP:-14}
 window=${WINDOW:-10}
 quantum=${QUANTUM:-}
 queue_ahead=${QUEUE_AHEAD:-}
-MIX_REQUESTS=${MIX_REQUESTS:-0.5/0.5}
+mix_requests=${MIX_REQUESTS:-0.5/0.5}
 budget=${BUDGET:-450}
 job_limit=$((tf_startup + span + 90))
 mkdir -p "$outdir"
@@ -219,7 +219,7 @@ shared_cell() { # CELL pair|quad|alone|mix[_alt]
     pair) clients=("a:0.75:$u1" "b:0.25:$u2") ;;
     quad) clients=("q1:0.4:$u1" "q2:0.3:$u2" "q3:0.2:$u1" "q4:0.1:$u2") ;;
     alone) clients=("a:0.75:$u1") ;;
-    mix) clients=("a:${MIX_REQUESTS%/*}:$u1" "b:${MIX_REQUESTS#*/}:$u2") ;;
+    mix) clients=("a:${mix_requests%/*}:$u1" "b:${mix_requests#*/}:$u2") ;;
     timeslice) clients=("a::$u1" "b::$u2") hook="" ;;
   esac
   if [[ -n $hook ]]; then
