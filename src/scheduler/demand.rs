@@ -90,7 +90,7 @@ fn toward(estimate: f64, sample: f64, weight: f64) -> f64 {
     } else {
         GAIN_DOWN
     };
-    estimate + gain * weight * (sample - estimate)
+    blend(estimate, sample, gain * weight)
 }
 
 #[derive(Debug, Clone, Copy)]
