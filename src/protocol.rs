@@ -30,7 +30,7 @@
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -130,23 +130,34 @@ pub enum Request {
     Acquire { device: DeviceId },
     /// Give the token of `device` back. `busy_ns` is the time the hook saw work of this lease
     /// pending on the GPU; the daemon uses it (clamped to the lease's wall time) to estimate how
-    /// much of the GPU the client needs, never to charge it. No reply.
-    Release { device: DeviceId, busy_ns: u64 },
+    /// much of the GPU the client needs, never to charge it. `launches` is the number of kernels
+    /// the process launched since its last `Release`, `Renew` or `Extend`: its progress, by which
+    /// the scheduler chooses whether leases run together or take turns. No reply.
+    Release {
+        device: DeviceId,
+        busy_ns: u64,
+        launches: u64,
+    },
     /// Count `bytes` of memory on `device` against the client's cap there before allocating
     /// them. Answered by [`Reply::Reserved`] or [`Reply::OverCap`].
     Reserve { device: DeviceId, bytes: u64 },
     /// Memory on `device` counted by an earlier `Reserve` was freed (or its allocation failed).
     /// No reply.
     Unreserve { device: DeviceId, bytes: u64 },
-    /// Give the token of `device` back (with `busy_ns` as in `Release`) and ask for it again,
+    /// Give the token of `device` back (with `busy_ns` and `launches` as in `Release`) and ask for it again,
     /// in one step, so that the scheduler weighs this process among the waiting ones when it
     /// hands the token on. Answered by [`Reply::Grant`].
-    Renew { device: DeviceId, busy_ns: u64 },
+    Renew {
+        device: DeviceId,
+        busy_ns: u64,
+        launches: u64,
+    },
     /// At the end of a lease on `device`, keep the token for another lease without first
     /// waiting for the work queued in this one, if the client would get the next lease anyway
     /// (no waiting process goes before it). Answered by [`Reply::Grant`] or
-    /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`).
-    Extend { device: DeviceId },
+    /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`). `launches` as
+    /// in `Release`.
+    Extend { device: DeviceId, launches: u64 },
     /// First and only request on a second connection of an attached process: the daemon sends
     /// [`Reply::Revoke`] and [`Reply::Joined`] on it. `session` is the id
     /// from the Welcome; the peer must be the same process.
@@ -427,10 +438,24 @@ impl Request {
                 }
             }
             Request::Status => {}
-            Request::Acquire { device } | Request::Extend { device } => f.put(&device.0),
-            Request::Release { device, busy_ns } | Request::Renew { device, busy_ns } => {
+            Request::Acquire { device } => f.put(&device.0),
+            Request::Extend { device, launches } => {
+                f.put(&device.0);
+                f.u64(*launches);
+            }
+            Request::Release {
+                device,
+                busy_ns,
+                launches,
+            }
+            | Request::Renew {
+                device,
+                busy_ns,
+                launches,
+            } => {
                 f.put(&device.0);
                 f.u64(*busy_ns);
+                f.u64(*launches);
             }
             Request::Reserve { device, bytes } | Request::Unreserve { device, bytes } => {
                 f.put(&device.0);
@@ -486,6 +511,7 @@ impl Request {
             3 => Request::Release {
                 device: r.device()?,
                 busy_ns: r.u64()?,
+                launches: r.u64()?,
             },
             4 => Request::Reserve {
                 device: r.device()?,
@@ -498,9 +524,11 @@ impl Request {
             6 => Request::Renew {
                 device: r.device()?,
                 busy_ns: r.u64()?,
+                launches: r.u64()?,
             },
             7 => Request::Extend {
                 device: r.device()?,
+                launches: r.u64()?,
             },
             8 => Request::Watch { session: r.u64()? },
             9 => Request::Status,
@@ -709,6 +737,7 @@ mod tests {
             Request::Release {
                 device: GPU1,
                 busy_ns: 123_456_789,
+                launches: 4_321,
             },
             Request::Reserve {
                 device: GPU0,
@@ -721,8 +750,12 @@ mod tests {
             Request::Renew {
                 device: GPU0,
                 busy_ns: 20_000_000,
+                launches: 0,
             },
-            Request::Extend { device: GPU1 },
+            Request::Extend {
+                device: GPU1,
+                launches: u64::MAX,
+            },
             Request::Watch { session: 77 },
             Request::Status,
         ] {

@@ -970,6 +970,39 @@ fn a_launch_whose_wait_for_room_outlasts_the_lease_waits_for_the_next() {
     );
 }
 
+/// The hook reports each launch once, in the `Release`, `Renew` or `Extend` that follows it:
+/// the daemon's measure of a process's progress.
+#[test]
+fn every_launch_is_reported_once_to_the_daemon() {
+    use gpushare::protocol::Request;
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    for extending in [false, true] {
+        let seen = requests_of_run(
+            extending,
+            &[
+                "launch:5:1000000",
+                "sleep:300",
+                "launch:30:2000000",
+                "sleep:300",
+                "launch:7:100000",
+                "sleep:300",
+            ],
+        );
+        let reported: u64 = seen
+            .iter()
+            .map(|(_, r)| match r {
+                Request::Release { launches, .. }
+                | Request::Renew { launches, .. }
+                | Request::Extend { launches, .. } => *launches,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(reported, 42, "extending {extending}: {seen:?}");
+    }
+}
+
 /// A process that stops launching gives the token back soon after its lease ends (the idle
 /// releaser), not only at its next launch.
 #[test]

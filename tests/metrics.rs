@@ -89,6 +89,7 @@ fn a_scrape_reports_usage_per_client_and_user() {
     p.send(&Request::Release {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
 
     let train = "{client=\"train\",user=\"root\"}";
@@ -318,6 +319,7 @@ fn prometheus_scrapes_the_daemon_and_sums_usage_by_user() {
                 p.send(&Request::Release {
                     device: GPU0,
                     busy_ns: 0,
+                    launches: 0,
                 });
             }
         });

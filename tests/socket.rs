@@ -211,6 +211,7 @@ fn by_default_equal_weights_share_the_gpu_and_unequal_ones_take_turns() {
     a.send(&Request::Release {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
     assert!(matches!(
         b.recv_within(Duration::from_millis(300)),
@@ -255,6 +256,7 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
     a.send(&Request::Release {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
     a.send(&Request::Acquire { device: GPU0 });
     assert_eq!(a.recv_within(Duration::from_millis(50)), None);
@@ -331,6 +333,7 @@ fn concurrent_leases_let_that_many_processes_hold_at_once() {
     conns[holder].send(&Request::Release {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
     assert!(matches!(
         conns[waiting].recv_within(Duration::from_millis(200)),
@@ -345,7 +348,10 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     let mut b = d.connect();
     a.hello("a");
     b.hello("b");
-    b.send(&Request::Extend { device: GPU0 });
+    b.send(&Request::Extend {
+        device: GPU0,
+        launches: 0,
+    });
     assert_eq!(
         b.recv(),
         Some(Reply::NotExtended),
@@ -353,7 +359,10 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     );
     a.send(&Request::Acquire { device: GPU0 });
     assert!(matches!(a.recv(), Some(Reply::Grant { .. })));
-    a.send(&Request::Extend { device: GPU0 });
+    a.send(&Request::Extend {
+        device: GPU0,
+        launches: 0,
+    });
     assert_eq!(
         a.recv(),
         Some(Reply::Grant {
@@ -364,11 +373,15 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     );
     b.send(&Request::Acquire { device: GPU0 });
     assert_eq!(b.recv_within(Duration::from_millis(50)), None);
-    a.send(&Request::Extend { device: GPU0 });
+    a.send(&Request::Extend {
+        device: GPU0,
+        launches: 0,
+    });
     assert_eq!(a.recv(), Some(Reply::NotExtended), "b waits");
     a.send(&Request::Renew {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
     assert!(
         matches!(
@@ -426,6 +439,7 @@ fn forged_gpu_time_locks_nobody_out() {
     a.send(&Request::Renew {
         device: GPU0,
         busy_ns: u64::MAX,
+        launches: 0,
     });
     assert!(matches!(
         b.recv_within(Duration::from_secs(1)),
@@ -435,6 +449,7 @@ fn forged_gpu_time_locks_nobody_out() {
     b.send(&Request::Renew {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
     assert!(
         matches!(
@@ -551,7 +566,10 @@ fn an_interactive_client_revokes_the_batch_lease() {
         ),
         "and that the interactive lease started beside it"
     );
-    batch.send(&Request::Extend { device: GPU0 });
+    batch.send(&Request::Extend {
+        device: GPU0,
+        launches: 0,
+    });
     assert_eq!(
         batch.recv(),
         Some(Reply::NotExtended),
@@ -561,11 +579,13 @@ fn an_interactive_client_revokes_the_batch_lease() {
     batch.send(&Request::Renew {
         device: GPU0,
         busy_ns: u64::MAX,
+        launches: 0,
     });
     assert_eq!(batch.recv_within(Duration::from_millis(100)), None);
     live.send(&Request::Release {
         device: GPU0,
         busy_ns: 1000,
+        launches: 0,
     });
     assert!(
         matches!(
@@ -655,11 +675,13 @@ fn leases_on_two_gpus_run_at_once_and_on_one_gpu_alternate() {
     a.send(&Request::Release {
         device: GPU1,
         busy_ns: 0,
+        launches: 0,
     });
     assert_eq!(b2.recv_within(Duration::from_millis(100)), None);
     a.send(&Request::Release {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
     assert!(
         matches!(
@@ -669,9 +691,15 @@ fn leases_on_two_gpus_run_at_once_and_on_one_gpu_alternate() {
         "GPU 0 passes to b2 at a's release"
     );
     // an Extend names its GPU too: b, alone on GPU 1, keeps it; a has nothing to extend there
-    b.send(&Request::Extend { device: GPU1 });
+    b.send(&Request::Extend {
+        device: GPU1,
+        launches: 0,
+    });
     assert!(matches!(b.recv(), Some(Reply::Grant { .. })));
-    a.send(&Request::Extend { device: GPU1 });
+    a.send(&Request::Extend {
+        device: GPU1,
+        launches: 0,
+    });
     assert_eq!(a.recv(), Some(Reply::NotExtended));
 }
 

@@ -330,6 +330,7 @@ fn busy_process(d: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()
                 c.send(&Request::Renew {
                     device: GPU0,
                     busy_ns: lease_ns,
+                    launches: 0,
                 });
             }
         }

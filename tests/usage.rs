@@ -65,6 +65,7 @@ fn usage_is_kept_across_restarts_by_user_and_client() {
     p.send(&Request::Release {
         device: GPU0,
         busy_ns: 0,
+        launches: 0,
     });
     // a usage query samples the daemon: from here on the memory held counts
     usage(&d, &[]);

@@ -510,19 +510,27 @@ fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
 /// lease, in one request, so the daemon weighs this process among the waiting ones (spinning
 /// first for at most `spin`); the lease length, or `None` when unmanaged.
 pub fn renew(device: DeviceId, busy_ns: u64, spin: Duration) -> Option<u64> {
-    with_link(
-        |l| match l.call_untimed(&Request::Renew { device, busy_ns }, spin)? {
+    with_link(|l| {
+        match l.call_untimed(
+            &Request::Renew {
+                device,
+                busy_ns,
+                launches: crate::pacing::unreported_launches(),
+            },
+            spin,
+        )? {
             Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
             r => Err(unexpected(r)),
-        },
-    )
+        }
+    })
 }
 
 /// Asks to keep the token for another lease without draining first; when no waiting process
 /// goes before this one, the lease length and whether others wait; `None` otherwise (or when
 /// unmanaged).
 pub fn extend(device: DeviceId) -> Option<(u64, bool)> {
-    with_link(|l| match l.call(&Request::Extend { device })? {
+    let launches = crate::pacing::unreported_launches();
+    with_link(|l| match l.call(&Request::Extend { device, launches })? {
         Reply::Grant { lease_ns, flags } => Ok(Some((
             granted(lease_ns, flags, true),
             flags & proto::protocol::GRANT_CONTENDED != 0,
@@ -533,9 +541,16 @@ pub fn extend(device: DeviceId) -> Option<(u64, bool)> {
     .flatten()
 }
 
-/// Gives the token of `device` back with the time its work kept the GPU busy.
+/// Gives the token of `device` back with the time its work kept the GPU busy (and the launches
+/// since the last report, as `renew` and `extend` do).
 pub fn release(device: DeviceId, busy_ns: u64) {
-    with_link(|l| l.send(&Request::Release { device, busy_ns }));
+    with_link(|l| {
+        l.send(&Request::Release {
+            device,
+            busy_ns,
+            launches: crate::pacing::unreported_launches(),
+        })
+    });
 }
 
 /// The answer to a reservation.

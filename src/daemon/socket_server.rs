@@ -283,18 +283,31 @@ async fn session_loop(
                         st.acquire(session, device);
                         None
                     }
-                    Request::Release { device, busy_ns } => {
+                    Request::Release {
+                        device,
+                        busy_ns,
+                        launches,
+                    } => {
+                        st.launched(session, device, launches);
                         st.release(session, device, busy_ns);
                         None
                     }
-                    Request::Renew { device, busy_ns } => {
+                    Request::Renew {
+                        device,
+                        busy_ns,
+                        launches,
+                    } => {
+                        st.launched(session, device, launches);
                         st.renew(session, device, busy_ns);
                         None
                     }
                     Request::Watch { .. } => return Err("Watch on a session connection".into()),
                     Request::Status => return Err("Status on a session connection".into()),
                     Request::Reserve { device, bytes } => Some(st.reserve(session, device, bytes)),
-                    Request::Extend { device } => Some(st.extend(session, device)),
+                    Request::Extend { device, launches } => {
+                        st.launched(session, device, launches);
+                        Some(st.extend(session, device))
+                    }
                     Request::Unreserve { device, bytes } => {
                         st.unreserve(session, device, bytes);
                         None
@@ -318,7 +331,7 @@ fn device_of(request: &Request) -> Option<DeviceId> {
         Request::Acquire { device }
         | Request::Release { device, .. }
         | Request::Renew { device, .. }
-        | Request::Extend { device }
+        | Request::Extend { device, .. }
         | Request::Reserve { device, .. }
         | Request::Unreserve { device, .. } => Some(device),
         Request::Hello { .. } | Request::Watch { .. } | Request::Status => None,

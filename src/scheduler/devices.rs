@@ -137,6 +137,19 @@ impl Schedulers {
         }
     }
 
+    /// `session` launched `launches` kernels on `device` since its last report
+    /// ([`Scheduler::launched`]).
+    pub fn launched(&mut self, device: DeviceId, session: SessionId, launches: u64, now: Nanos) {
+        if let Some(s) = self.devices.get_mut(&device) {
+            s.launched(session, launches, now);
+        }
+    }
+
+    /// How the batch leases of `device` run now ([`Scheduler::mode`]).
+    pub fn mode(&self, device: DeviceId) -> Option<super::Mode> {
+        self.devices.get(&device).map(Scheduler::mode)
+    }
+
     /// Another lease on `device` at once, as [`Scheduler::extend`].
     pub fn extend(&mut self, device: DeviceId, session: SessionId, now: Nanos) -> Option<Grant> {
         self.devices.get_mut(&device)?.extend(session, now)

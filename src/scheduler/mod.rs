@@ -29,7 +29,9 @@
 //! jobs, data loading and small kernels leave room; saturating processes of unequal weights take
 //! exclusive turns. Shared leases are extended only while every process weighs the same, so
 //! that demands stay measured where they decide. Leases that run together are each charged
-//! their part of the time.
+//! their part of the time. Whether running together pays is measured as well, by the launches
+//! the processes report: where exclusive turns let them launch more, one batch lease runs at a
+//! time ([`together`]).
 //!
 //! A process that fits beside the running leases does not wait behind the first in line when that
 //! one does not, as long as the first can start beside it later ([`Scheduler::backfill`]). A
@@ -54,12 +56,15 @@ pub mod fair_share;
 pub mod fairness;
 pub mod lease_log;
 mod overlap;
+pub mod together;
 mod usage;
 
 use demand::Demands;
 pub use devices::Schedulers;
 use drains::Drains;
 use lease_log::LeaseLog;
+pub use together::Mode;
+use together::Trials;
 use usage::SessionBook;
 pub use usage::{SessionUsage, Usage};
 
@@ -199,6 +204,8 @@ pub struct Scheduler {
     books: BTreeMap<SessionId, SessionBook>,
     /// When an interactive client last held or waited for a lease.
     interactive_at: Option<Nanos>,
+    /// Whether batch leases run together or take turns (without MPS), by measured progress.
+    trials: Trials,
     /// Virtual clock: never behind the smallest virtual time of an active client.
     vclock: f64,
     started: Nanos,
@@ -221,6 +228,7 @@ impl Scheduler {
             lease_log: LeaseLog::default(),
             books: BTreeMap::new(),
             interactive_at: None,
+            trials: Trials::default(),
             vclock: 0.0,
             started: now,
         }
@@ -407,7 +415,12 @@ impl Scheduler {
     pub fn extend(&mut self, session: SessionId, now: Nanos) -> Option<Grant> {
         let i = self.holders.iter().position(|h| h.session == session)?;
         let h = &self.holders[i];
-        if h.revoked || h.probe || self.probe_now(session, now) || self.overlapping_by_demand(now) {
+        if h.revoked
+            || h.probe
+            || self.probe_now(session, now)
+            || self.overlapping_by_demand(now)
+            || (self.taking_turns(now) && self.holders.len() > 1)
+        {
             return None;
         }
         self.settle(now);
@@ -494,6 +507,7 @@ impl Scheduler {
         self.demand.remove(session);
         self.lease_log.forget(session);
         self.drains.forget(session);
+        self.trials.forget(session);
         let book = self.books.get_mut(&session);
         let waited = book.map_or(0, |b| b.end_wait(now));
         for c in self.clients.values_mut() {
@@ -516,6 +530,39 @@ impl Scheduler {
         std::mem::take(&mut self.joined)
     }
 
+    /// `session` reports the kernels it launched since its last report ([`together`]): a batch
+    /// process's count measures its progress, without MPS.
+    pub fn launched(&mut self, session: SessionId, launches: u64, now: Nanos) {
+        if !self.demand_gated {
+            return;
+        }
+        let interactive = self
+            .clients
+            .values()
+            .any(|c| c.shares.interactive && c.waiting.contains(&session))
+            || self.holders.iter().any(|h| {
+                h.session == session
+                    && self
+                        .clients
+                        .get(&h.client)
+                        .is_some_and(|c| c.shares.interactive)
+            });
+        if !interactive {
+            self.trials.launched(session, launches, now);
+        }
+    }
+
+    /// How batch leases run now: together, or in turns ([`together`]).
+    pub fn mode(&self) -> Mode {
+        self.trials.mode()
+    }
+
+    /// Whether batch leases take turns now: the trials chose (or try) turns, and no interactive
+    /// client is active (its own rules decide then).
+    fn taking_turns(&self, now: Nanos) -> bool {
+        self.demand_gated && self.trials.mode() == Mode::Turns && !self.interactive_recently(now)
+    }
+
     /// A process's demand estimate (`None` for a session the scheduler has not seen).
     pub fn demand(&self, session: SessionId) -> Option<f64> {
         self.demand.get(session)
@@ -527,6 +574,10 @@ impl Scheduler {
     /// returns `None`, then send [`Scheduler::take_revoked`] and [`Scheduler::take_joined`].
     pub fn poll(&mut self, now: Nanos) -> Option<Grant> {
         self.settle(now);
+        if self.demand_gated {
+            let active = self.active_batch().count();
+            self.trials.tick(now, active, self.quantum);
+        }
         let (over, running): (Vec<Lease>, Vec<Lease>) = self
             .holders
             .iter()

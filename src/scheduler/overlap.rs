@@ -84,6 +84,9 @@ impl Scheduler {
             let demands: f64 = procs.map(|(s, _)| self.demand.get(s).unwrap_or(1.0)).sum();
             return demands <= fairness::CAPACITY;
         }
+        if self.taking_turns(now) {
+            return procs.count() <= 1;
+        }
         let procs: Vec<(f64, f64)> = procs
             .map(|(s, c)| (self.demand.get(s).unwrap_or(1.0), self.process_weight(c)))
             .collect();

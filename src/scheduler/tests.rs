@@ -1888,3 +1888,80 @@ mod properties {
         }
     }
 }
+
+/// Two saturating processes of equal weights that extend their leases, as the hook does, and
+/// report their launches: `rate(together)` a millisecond while holding a lease, `together` when
+/// another lease runs beside. Returns, over the last `span` of `2 * span`, the part of the time
+/// two leases ran at once and each process's launches.
+fn run_equal_pair(rate: impl Fn(bool) -> u64, span: Nanos) -> (f64, [u64; 2]) {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    let sids = [10, 20];
+    let mut ends: [Option<Nanos>; 2] = [None, None];
+    let mut counts = [0u64; 2];
+    let mut launched = [0u64; 2];
+    let mut both = 0;
+    for (i, sid) in sids.iter().enumerate() {
+        s.acquire(i as ClientId + 1, *sid, 0);
+    }
+    let mut t = 0;
+    while t < 2 * span {
+        for i in 0..2 {
+            if ends[i].is_some_and(|e| e <= t) {
+                s.launched(sids[i], std::mem::take(&mut counts[i]), t);
+                ends[i] = s.extend(sids[i], t).map(|g| t + g.lease_ns);
+                if ends[i].is_none() {
+                    s.release(sids[i], 20 * MS, t);
+                    s.acquire(i as ClientId + 1, sids[i], t);
+                }
+            }
+        }
+        while let Some(g) = s.poll(t) {
+            let i = sids.iter().position(|&x| x == g.session).unwrap();
+            ends[i] = Some(t + g.lease_ns);
+        }
+        let holding = ends.iter().filter(|e| e.is_some()).count();
+        for i in 0..2 {
+            if ends[i].is_some() {
+                counts[i] += rate(holding > 1);
+                if t >= span {
+                    launched[i] += rate(holding > 1);
+                }
+            }
+        }
+        if t >= span && holding > 1 {
+            both += 1;
+        }
+        t += MS;
+    }
+    (both as f64 * MS as f64 / span as f64, launched)
+}
+
+/// Processes of equal weights whose work runs slower together than in turns (on an H200, two
+/// loops of 50 us kernels, each waiting for every kernel, went at 0.23 of their rates alone
+/// together) take exclusive turns once a trial measured it, and keep equal shares.
+#[test]
+fn processes_of_equal_weights_that_slow_each_other_down_together_take_turns() {
+    let (both, launched) = run_equal_pair(|together| if together { 23 } else { 100 }, 20 * S);
+    assert!(both < 0.05, "leases together {both}");
+    for l in launched {
+        // half of 20 s at 100 a millisecond, less the trials of running together
+        assert!(l as f64 > 0.9 * 1e6, "{launched:?}");
+    }
+    let (a, b) = (launched[0] as f64, launched[1] as f64);
+    assert!((a - b).abs() < 0.05 * (a + b), "{launched:?}");
+}
+
+/// Those that gain from running together (launch-bound loops, steps whose host part overlaps
+/// the other's kernels) keep running together.
+#[test]
+fn processes_of_equal_weights_that_gain_together_keep_running_together() {
+    for together in [62, 95] {
+        let (both, launched) = run_equal_pair(|t| if t { together } else { 100 }, 20 * S);
+        assert!(both > 0.95, "{together}: leases together {both}");
+        for l in launched {
+            assert!(l as f64 > 0.95 * 20_000.0 * together as f64, "{launched:?}");
+        }
+    }
+}

@@ -106,6 +106,7 @@ print('ok', flush=True)
         .arg(hex(Request::Release {
             device: GPU0,
             busy_ns: 0,
+            launches: 0,
         }))
         .arg(leases.to_string())
         .arg(hold.as_secs_f64().to_string())

@@ -41,6 +41,8 @@ use pacer::{lower, query_fn, Pacer, STALLED, STALLED_WAIT_NS};
 static MARK_AFTER: AtomicBool = AtomicBool::new(false);
 /// Launches of this process on nameable streams, counted after each.
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+/// `LAUNCHES` at the last report to the daemon ([`unreported_launches`]).
+static REPORTED: AtomicU64 = AtomicU64::new(0);
 /// A `Joined` whose time is later than its arrival or older than this is taken as of its
 /// arrival (a daemon in another time namespace, whose `CLOCK_MONOTONIC` is not this one's).
 const MAX_JOIN_LAG_NS: u64 = 1_000_000_000;
@@ -361,6 +363,13 @@ pub fn busy_part(wall_ns: u64, samples: u32, busy: u32, pending_now: bool) -> u6
     ((wall_ns as u128 * busy.min(samples) as u128) / samples as u128) as u64
 }
 
+/// The launches since the last call: what the next `Release`, `Renew` or `Extend` reports, the
+/// daemon's measure of this process's progress.
+pub fn unreported_launches() -> u64 {
+    let now = LAUNCHES.load(Relaxed);
+    now.saturating_sub(REPORTED.swap(now, Relaxed))
+}
+
 /// Starts a new busy count (a lease was granted or extended).
 pub fn restart_count() {
     let mut p = PACER.lock();
@@ -419,6 +428,7 @@ pub fn wait_until_done(done: impl Fn() -> bool, limit_ns: u64) -> bool {
 
 pub fn after_fork_in_child() {
     MARK_AFTER.store(false, Relaxed);
+    REPORTED.store(LAUNCHES.load(Relaxed), Relaxed);
     kernel_timer::after_fork_in_child();
     // SAFETY: called from the fork child handler; the parent's events are not the child's.
     unsafe { PACER.reset(Pacer::new()) };

@@ -410,6 +410,13 @@ impl State {
         }
     }
 
+    /// `session` reports the kernels it launched since its last report, for the scheduler's
+    /// choice between leases together and turns on `device`.
+    pub fn launched(&mut self, session: SessionId, device: DeviceId, launches: u64) {
+        let now = self.now();
+        self.sched.launched(device, session, launches, now);
+    }
+
     /// Another lease on `device` at once for a holder that no waiting process goes before there
     /// (with the tracing a grant has); `NotExtended` otherwise.
     pub fn extend(&mut self, session: SessionId, device: DeviceId) -> Reply {
@@ -464,6 +471,7 @@ impl State {
                 lease_ns = g.lease_ns,
                 holders = self.sched.holder_count(device),
                 demand = self.sched.demand(device, g.session),
+                mode = ?self.sched.mode(device),
                 "grant"
             );
             let delivered = self.sessions.get_mut(&g.session).is_some_and(|s| {
