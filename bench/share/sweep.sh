@@ -61,6 +61,7 @@
 #               matmuls and a RawKernel); or compiled: the transformer loop through
 #               torch.compile (TorchInductor's Triton kernels), each user's compile cache
 #               filled before the first phase
+#   LOOP_REQUESTS A/B, the requests of the loop phases' clients a and b [0.75/0.25]
 #   ALT_TARGET  when set, each shared cell runs again as CELL.KIND_alt with its gpushared and
 #               libgpushare.so
 #   SOLO_AGAIN  when set, each cell's solo phase runs again after its shared phases, and shares
@@ -102,6 +103,7 @@ window=${WINDOW:-10}
 quantum=${QUANTUM:-}
 queue_ahead=${QUEUE_AHEAD:-}
 mix_requests=${MIX_REQUESTS:-0.5/0.5}
+loop_requests=${LOOP_REQUESTS:-0.75/0.25}
 budget=${BUDGET:-450}
 job_limit=$((tf_startup + span + 90))
 mkdir -p "$outdir"
@@ -278,8 +280,8 @@ transformer_phase() { # solo|hooked|gpushare|gpushare_alt|gpushare_alone|gpushar
       --until "$(at $((tf_startup + solo_span)))"
   else
     fits $((tf_startup + span + 20)) "$phase" || return
-    clients=("a:0.75:$u1" "b:0.25:$u2")
-    if [[ $1 == gpushare_alone* ]]; then clients=("a:0.75:$u1"); fi
+    clients=("a:${loop_requests%/*}:$u1" "b:${loop_requests#*/}:$u2")
+    if [[ $1 == gpushare_alone* ]]; then clients=("a:${loop_requests%/*}:$u1"); fi
     if [[ $1 == gpushare*_alt ]]; then use_alt "$phase" || return; fi
     if [[ $1 == gpushare* ]]; then
       start_daemon "${clients[@]}" || { json_line phase="$phase" error="$derr" >>"$out"; gpushared_stop; return; }
