@@ -1965,3 +1965,27 @@ fn processes_of_equal_weights_that_gain_together_keep_running_together() {
         }
     }
 }
+
+/// Where weights differ, heavy processes take turns by demand already: no trial of the other
+/// mode runs, whatever the launches reported (a trial of turns would keep a light process, an
+/// inference client, waiting).
+#[test]
+fn no_trials_run_where_weights_differ() {
+    let mut s = unequal_pair_waiting();
+    let mut t = 0;
+    let mut counts = 0;
+    while t < 20 * S {
+        s.launched(10, counts, t);
+        s.launched(20, counts, t);
+        counts += 1;
+        while s.poll(t).is_some() {}
+        assert_eq!(s.mode(), Mode::Together, "at {t}");
+        for sid in [10, 20] {
+            if s.holders.iter().any(|h| h.session == sid && h.end <= t) {
+                s.release(sid, 20 * MS, t);
+                s.acquire(sid / 10, sid, t);
+            }
+        }
+        t += MS;
+    }
+}
