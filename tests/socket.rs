@@ -465,6 +465,48 @@ fn forged_gpu_time_locks_nobody_out() {
     );
 }
 
+/// A process's launch counts only choose whether leases run together or take turns: one that
+/// reports absurd ones (u64::MAX at every renewal) crashes nothing and locks nobody out, through
+/// the trials of the other mode.
+#[test]
+fn forged_launch_counts_lock_nobody_out() {
+    let d = Daemon::start(
+        "[daemon]\nquantum = \"20ms\"\n[clients.a]\nrequest = 0.5\nusers = [\"*\"]\n[clients.b]\nrequest = 0.5\nusers = [\"*\"]\n",
+        None,
+    );
+    let (mut a, mut b) = (d.connect(), d.connect());
+    a.hello("a");
+    b.hello("b");
+    a.send(&Request::Acquire { device: GPU0 });
+    b.send(&Request::Acquire { device: GPU0 });
+    let start = Instant::now();
+    let mut grants = [0u32; 2];
+    while start.elapsed() < Duration::from_secs(3) {
+        for (i, c) in [&mut a, &mut b].into_iter().enumerate() {
+            if let Some(Reply::Grant { .. }) = c.recv_within(Duration::from_millis(5)) {
+                grants[i] += 1;
+                c.send(&Request::Renew {
+                    device: GPU0,
+                    busy_ns: 20_000_000,
+                    launches: if i == 0 { u64::MAX } else { 1000 },
+                });
+            }
+        }
+    }
+    assert!(grants.iter().all(|&g| g >= 20), "grants {grants:?}");
+    let mut late = d.connect();
+    late.hello("b");
+    late.send(&Request::Extend {
+        device: GPU0,
+        launches: u64::MAX,
+    });
+    assert_eq!(
+        late.recv(),
+        Some(Reply::NotExtended),
+        "the daemon still answers"
+    );
+}
+
 /// A process granted the GPU alone is told on its watch connection when another process's
 /// lease starts beside its own (without MPS): from then on its markers also wait for the other's
 /// turns, and it must not take their times for its own kernels'.

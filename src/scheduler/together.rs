@@ -117,9 +117,11 @@ pub fn together_gain(
     let most = MOST_GAIN.ln();
     let logs: Vec<f64> = together
         .iter()
-        .filter_map(|(s, &t)| turns.get(s).map(|&u| (t / u).ln().clamp(-most, most)))
+        .filter_map(|(s, &t)| turns.get(s).map(|&u| (t / u).ln()))
+        .filter(|l| !l.is_nan())
+        .map(|l| l.clamp(-most, most))
         .collect();
-    if logs.len() < 2 || logs.iter().all(|l| *l == 0.0 || !l.is_finite()) {
+    if logs.len() < 2 {
         return None;
     }
     Some((logs.iter().sum::<f64>() / logs.len() as f64).exp())
@@ -380,6 +382,10 @@ mod tests {
         let g = together_gain(&tog, &turns).unwrap();
         assert!((g - (MOST_GAIN * 0.2).sqrt()).abs() < 1e-9, "{g}");
         assert_eq!(together_gain(&tog, &[(1, 1.0)].into()), None, "one process");
+        // counts beyond any float: the ratio is still bounded, or left out
+        let inf: BTreeMap<SessionId, f64> = [(1, f64::INFINITY), (2, 10.0), (3, 5.0)].into();
+        let turns: BTreeMap<SessionId, f64> = [(1, f64::INFINITY), (2, 10.0), (3, 0.0)].into();
+        assert_eq!(together_gain(&inf, &turns), Some(MOST_GAIN.sqrt()));
     }
 
     #[test]
