@@ -51,6 +51,10 @@
 #  20  kernels of two sizes in one queue (a 20 ms kernel every 200 of 50 us synchronizing after
 #      each, every 50 of 200 us never synchronizing); the transformer loop through
 #      torch.compile, under gpushare and time-sliced (results as sweep_mixed_sizes)
+#  21  clients of equal requests where running together pays: the transformer loop, under
+#      gpushare and time-sliced; 200 us kernels synchronizing after each beside a light job
+#      (50 us kernels, 0.5 ms of host work after each synchronize); 1.6 ms kernels never
+#      synchronizing (results as sweep_equal_together)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -118,6 +122,9 @@ for part in $parts; do
     20) NAME=sweep_mixed_sizes CELLS="50us:1,big=20ms/200 200us:0,big=20ms/50" QUAD_CELLS="" SOLO_AGAIN=1 \
           LOOP=compiled TF_STARTUP=40 TRANSFORMER="gpushare timeslice solo" BUDGET=540 \
           step sweep_mixed_sizes 590 "$here/share/sweep.sh" "$out" ;;
+    21) NAME=sweep_equal_together CELLS="" QUAD_CELLS="" MIX_CELLS="200us:1+50us:1:500 1600us:0" \
+          SOLO_AGAIN=1 TRANSFORMER="gpushare timeslice solo" LOOP_REQUESTS=0.5/0.5 BUDGET=480 \
+          step sweep_equal_together 540 "$here/share/sweep.sh" "$out" ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done
