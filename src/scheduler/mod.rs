@@ -29,9 +29,10 @@
 //! jobs, data loading and small kernels leave room; saturating processes of unequal weights take
 //! exclusive turns. Shared leases are extended only while every process weighs the same, so
 //! that demands stay measured where they decide. Leases that run together are each charged
-//! their part of the time. Where every process weighs the same, whether running together pays
-//! is measured as well, by the launches the processes report: where exclusive turns let them
-//! launch more, one batch lease runs at a time ([`together`]).
+//! their part of the time. Where every process weighs the same (or nearly: equal turns would
+//! give saturating ones their due), whether running together pays is measured as well, by the
+//! launches the processes report: where exclusive turns let them launch more, one batch lease
+//! runs at a time ([`together`]).
 //!
 //! A process that fits beside the running leases does not wait behind the first in line when that
 //! one does not, as long as the first can start beside it later ([`Scheduler::backfill`]). A
@@ -557,13 +558,14 @@ impl Scheduler {
         self.trials.mode()
     }
 
-    /// Whether batch leases take turns now: every process weighs the same, the trials chose (or
-    /// try) turns, and no interactive client is active (its own rules decide then).
+    /// Whether batch leases take turns now: every process weighs the same or nearly
+    /// ([`Scheduler::weights_leave_turns_open`]), the trials chose (or try) turns, and no
+    /// interactive client is active (its own rules decide then).
     fn taking_turns(&self, now: Nanos) -> bool {
         self.demand_gated
             && self.trials.mode() == Mode::Turns
             && !self.interactive_recently(now)
-            && self.equal_weights()
+            && self.weights_leave_turns_open()
     }
 
     /// A process's demand estimate (`None` for a session the scheduler has not seen).
@@ -578,10 +580,11 @@ impl Scheduler {
     pub fn poll(&mut self, now: Nanos) -> Option<Grant> {
         self.settle(now);
         if self.demand_gated {
-            // Trials run where overlap is unconditional: every process weighs the same. Where
-            // weights differ, heavy processes take turns by demand already, and a trial of turns
-            // would only keep the light ones (an inference client) waiting.
-            let contending = if self.equal_weights() {
+            // Trials run where heavy processes may overlap whatever their demands: every
+            // process weighs the same, or nearly. Where weights differ more, heavy processes
+            // take turns by demand already, and a trial of turns would only keep the light ones
+            // (an inference client) waiting.
+            let contending = if self.weights_leave_turns_open() {
                 self.active_batch().count()
             } else {
                 0

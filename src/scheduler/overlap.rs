@@ -59,6 +59,19 @@ impl Scheduler {
         weights.all(|w| (w - first).abs() <= first * 0.01)
     }
 
+    /// Whether the driver's equal turns alone would give every active batch process what its
+    /// weight is due, were all of them saturating ([`fairness::fair_together`]): equal weights,
+    /// or weights as near as 0.5 / 0.49. Heavy processes then may run together whatever their
+    /// demands, and only their measured progress ([`together`](super::together)) tells whether
+    /// they should take turns.
+    pub(super) fn weights_leave_turns_open(&self) -> bool {
+        let procs: Vec<(f64, f64)> = self
+            .active_batch()
+            .map(|(c, _)| (1.0, self.process_weight(c)))
+            .collect();
+        fairness::fair_together(&procs)
+    }
+
     /// Whether `next` of client `id` may start beside the running leases: by the processes'
     /// demands and weights, the driver's turns would give each what the scheduler would
     /// ([`fairness::fair_together`]). While an interactive client is active

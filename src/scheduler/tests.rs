@@ -1894,9 +1894,14 @@ mod properties {
 /// another lease runs beside. Returns, over the last `span` of `2 * span`, the part of the time
 /// two leases ran at once and each process's launches.
 fn run_equal_pair(rate: impl Fn(bool) -> u64, span: Nanos) -> (f64, [u64; 2]) {
+    run_pair([0.5, 0.5], rate, span)
+}
+
+/// [`run_equal_pair`] with these two requests.
+fn run_pair(requests: [f64; 2], rate: impl Fn(bool) -> u64, span: Nanos) -> (f64, [u64; 2]) {
     let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
+    s.set_client(1, shares(requests[0], 1.0), 0);
+    s.set_client(2, shares(requests[1], 1.0), 0);
     let sids = [10, 20];
     let mut ends: [Option<Nanos>; 2] = [None, None];
     let mut counts = [0u64; 2];
@@ -1951,6 +1956,17 @@ fn processes_of_equal_weights_that_slow_each_other_down_together_take_turns() {
     }
     let (a, b) = (launched[0] as f64, launched[1] as f64);
     assert!((a - b).abs() < 0.05 * (a + b), "{launched:?}");
+}
+
+/// So do processes of nearly equal weights (0.5 / 0.49), whose leases the driver's equal turns
+/// would let run together as well, by their requests.
+#[test]
+fn processes_of_nearly_equal_weights_that_slow_each_other_down_take_turns_by_request() {
+    let (both, launched) = run_pair([0.5, 0.49], |t| if t { 23 } else { 100 }, 20 * S);
+    assert!(both < 0.05, "leases together {both}");
+    let (a, b) = (launched[0] as f64, launched[1] as f64);
+    assert!(a + b > 0.9 * 2e6, "{launched:?}");
+    assert!((a / (a + b) - 0.5 / 0.99).abs() < 0.02, "{launched:?}");
 }
 
 /// Those that gain from running together (launch-bound loops, steps whose host part overlaps

@@ -8,9 +8,10 @@
 //! together: launch-bound loops (eight of them went 5x faster together than in turns), training
 //! steps whose host part overlaps the other's kernels.
 //!
-//! So the scheduler measures progress where overlap is otherwise unconditional: where every
-//! process weighs the same. Each process reports the kernels it launched; while two or more
-//! batch processes of equal weights are active, the time is cut into *windows*, and now and then one
+//! So the scheduler measures progress where heavy processes may overlap whatever their
+//! demands: where every process weighs the same, or so nearly that the driver's equal turns
+//! would give saturating ones their due. Each process reports the kernels it launched; while two
+//! or more such batch processes are active, the time is cut into *windows*, and now and then one
 //! window tries the other *mode* ([`Mode::Turns`]: one batch lease at a time; or
 //! [`Mode::Together`]: leases overlap as [`fairness`](super::fairness) allows). The mode that
 //! gave the processes more progress is kept: the geometric mean, over the processes active in
