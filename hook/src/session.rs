@@ -510,18 +510,14 @@ fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
 /// lease, in one request, so the daemon weighs this process among the waiting ones (spinning
 /// first for at most `spin`); the lease length, or `None` when unmanaged.
 pub fn renew(device: DeviceId, busy_ns: u64, spin: Duration) -> Option<u64> {
-    with_link(|l| {
-        match l.call_untimed(
-            &Request::Renew {
-                device,
-                busy_ns,
-                launches: crate::pacing::unreported_launches(),
-            },
-            spin,
-        )? {
-            Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
-            r => Err(unexpected(r)),
-        }
+    let request = Request::Renew {
+        device,
+        busy_ns,
+        launches: crate::pacing::unreported_launches(),
+    };
+    with_link(|l| match l.call_untimed(&request, spin)? {
+        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
+        r => Err(unexpected(r)),
     })
 }
 
@@ -544,13 +540,12 @@ pub fn extend(device: DeviceId) -> Option<(u64, bool)> {
 /// Gives the token of `device` back with the time its work kept the GPU busy (and the launches
 /// since the last report, as `renew` and `extend` do).
 pub fn release(device: DeviceId, busy_ns: u64) {
-    with_link(|l| {
-        l.send(&Request::Release {
-            device,
-            busy_ns,
-            launches: crate::pacing::unreported_launches(),
-        })
-    });
+    let request = Request::Release {
+        device,
+        busy_ns,
+        launches: crate::pacing::unreported_launches(),
+    };
+    with_link(|l| l.send(&request));
 }
 
 /// The answer to a reservation.

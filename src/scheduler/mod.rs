@@ -537,17 +537,20 @@ impl Scheduler {
         if !self.demand_gated {
             return;
         }
-        let interactive = self
-            .clients
-            .values()
-            .any(|c| c.shares.interactive && c.waiting.contains(&session))
-            || self.holders.iter().any(|h| {
-                h.session == session
-                    && self
-                        .clients
-                        .get(&h.client)
-                        .is_some_and(|c| c.shares.interactive)
+        let client = self
+            .holders
+            .iter()
+            .find(|h| h.session == session)
+            .map(|h| h.client)
+            .or_else(|| {
+                self.clients
+                    .iter()
+                    .find(|(_, c)| c.waiting.contains(&session))
+                    .map(|(&id, _)| id)
             });
+        let interactive = client
+            .and_then(|id| self.clients.get(&id))
+            .is_some_and(|c| c.shares.interactive);
         if !interactive {
             self.trials.launched(session, launches, now);
         }
@@ -584,8 +587,9 @@ impl Scheduler {
             // process weighs the same, or nearly. Where weights differ more, heavy processes
             // take turns by demand already, and a trial of turns would only keep the light ones
             // (an inference client) waiting.
-            let contending = if self.weights_leave_turns_open() {
-                self.active_batch().count()
+            let active = self.active_batch().count();
+            let contending = if active >= 2 && self.weights_leave_turns_open() {
+                active
             } else {
                 0
             };

@@ -164,11 +164,6 @@ impl Trials {
         self.window.as_ref().map_or(self.decided, |w| w.mode)
     }
 
-    /// The mode that trials chose so far.
-    pub fn decided(&self) -> Mode {
-        self.decided
-    }
-
     /// `session` reports `launches` since its last report, at `now`: they are spread evenly over
     /// that time, and the running window counts the part that falls in it. A first report only
     /// starts the count.
@@ -323,7 +318,7 @@ mod tests {
             Mode::Together => [23, 23],
             Mode::Turns => [50, 50],
         });
-        assert_eq!(t.decided(), Mode::Turns);
+        assert_eq!(t.decided, Mode::Turns);
         let tail = &modes[10_000..];
         assert!(
             share(tail, Mode::Turns) > 0.95,
@@ -340,7 +335,7 @@ mod tests {
                 Mode::Together => together,
                 Mode::Turns => [50, 50],
             });
-            assert_eq!(t.decided(), Mode::Together, "{together:?}");
+            assert_eq!(t.decided, Mode::Together, "{together:?}");
             // the trials of turns grow rarer: at most a few windows in 30 s
             assert!(share(&modes, Mode::Turns) < 0.05, "{together:?}");
         }
