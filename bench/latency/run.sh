@@ -18,6 +18,10 @@
 #   gpushare_interactive_default     the same, the inference client `interactive = true`
 #   gpushare_interactive_default_q   the same, and `[daemon] queue_ahead = QUEUE_AHEAD` (default
 #                                    "1ms")
+#   gpushare_own_default             gpushare_default, every process its own client of request
+#                                    0.25 (as where each user has a client of the default
+#                                    request): the inference client a batch client weighing as
+#                                    much as each trainer
 #   gpushare_mps                     gpushare under MPS, 4 concurrent leases
 #   gpushare_mps_priority            the same, trainers' client `mps_priority = "below-normal"`
 #   gpushare_mps_threadsNN           the same, and `mps_thread_percentage = NN` for the trainers
@@ -42,12 +46,13 @@ trainer=$root/bench/share/matmul_job.py
 infer=$here/infer_job.py
 mkdir -p "$outdir"; : >"$out"
 
-# PHASE TRAINER_ENV INFER_ENV: three trainers, and the inference client measuring from 4 s on.
+# PHASE TRAINER_ENV INFER_ENV: three trainers, and the inference client measuring from 4 s on
+# (%i in TRAINER_ENV: the trainer's number).
 beside_trainers() {
   local phase=$1 tenv=$2 ienv=$3 pids=() i start until
   start=$(at 4); until=$(at $((span + 4)))
   for i in 1 2 3; do
-    env $tenv python3 "$trainer" "train.$i" --phase "$phase" --until "$until" --every 8 >"$work/$phase.train.$i" &
+    env ${tenv//%i/$i} python3 "$trainer" "train.$i" --phase "$phase" --until "$until" --every 8 >"$work/$phase.train.$i" &
     pids+=($!)
   done
   env $ienv python3 "$infer" infer --phase "$phase" --start "$start" --until "$until" >"$work/$phase.infer" 2>"$work/err.$phase"
@@ -66,14 +71,22 @@ alone() { # PHASE INFER_ENV
 
 # MPS(true|false) CONCURRENT_LEASES TRAINER_EXTRA_TOML [INFER_EXTRA_TOML [DAEMON_EXTRA_TOML]]
 # (CONCURRENT_LEASES `default`: left unset; more keys of the trainers' client, of the inference
-# client, of [daemon])
+# client, of [daemon]). With OWN=1, clients infer, train1, train2 and train3 of request 0.25.
 gpushare_with() {
+  local i
   {
     printf '[daemon]\nquantum = "%s"\n%s\n' "$quantum" "${5:-}"
     [[ $2 == default ]] || printf 'concurrent_leases = %s\n' "$2"
     gpu_toml "$1"
-    printf '[clients.infer]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "${4:-}"
-    printf '[clients.train]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "$3"
+    if [[ ${OWN:-} == 1 ]]; then
+      printf '[clients.infer]\nrequest = 0.25\nusers = ["%s"]\n%s\n' "$(id -un)" "${4:-}"
+      for i in 1 2 3; do
+        printf '[clients.train%s]\nrequest = 0.25\nusers = ["%s"]\n%s\n' "$i" "$(id -un)" "$3"
+      done
+    else
+      printf '[clients.infer]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "${4:-}"
+      printf '[clients.train]\nrequest = 0.5\nusers = ["%s"]\n%s\n' "$(id -un)" "$3"
+    fi
   } >"$work/gpushare.toml"
   gpushared_start "$work/gpushare.toml" "$outdir/latency.gpushared.log" || {
     error_line "$phase" "gpushared did not start: $(tail -2 "$outdir/latency.gpushared.log" | tr '\n' ' ')"
@@ -98,14 +111,17 @@ for phase in $phases; do
     gpushare_default) extra="" mps=false leases=default ;;&
     gpushare_interactive_default) extra="" mps=false leases=default iextra="interactive = true" ;;&
     gpushare_interactive_default_q) extra="" mps=false leases=default iextra="interactive = true" dextra="queue_ahead = \"${QUEUE_AHEAD:-1ms}\"" ;;&
+    gpushare_own_default) extra="" mps=false leases=default ;;&
     gpushare_mps) extra="" mps=true leases=4 ;;&
     gpushare_mps_priority) extra='mps_priority = "below-normal"' mps=true leases=4 ;;&
     gpushare_mps_threads*)
       extra="mps_priority = \"below-normal\"
 mps_thread_percentage = ${phase#gpushare_mps_threads}" mps=true leases=4 ;;&
     gpushare*)
-      gpushare_with "$mps" "$leases" "$extra" "$iextra" "$dextra" &&
-        beside_trainers "$phase" "$hook GPUSHARE_CLIENT=train" "$hook GPUSHARE_CLIENT=infer"
+      own="" tclient=train
+      [[ $phase == gpushare_own* ]] && own=1 tclient=train%i
+      OWN=$own gpushare_with "$mps" "$leases" "$extra" "$iextra" "$dextra" &&
+        beside_trainers "$phase" "$hook GPUSHARE_CLIENT=$tclient" "$hook GPUSHARE_CLIENT=infer"
       gpushared_stop ;;
     *) echo "no phase $phase" >&2 ;;
   esac

@@ -12,8 +12,8 @@
 #               (request 0.75, user gsbench1) and b (0.25, gsbench2); a cell A+B pairs two
 #               different saturating jobs, a running A and b running B, each against its own
 #               solo rate (e.g. 50us:1+20ms:0);
-#   CELL.quad   (QUAD_CELLS) four jobs, clients q1-q4 with requests 0.4/0.3/0.2/0.1, the users
-#               alternating;
+#   CELL.quad   (QUAD_CELLS) four jobs, clients q1-q4 with requests 0.4/0.3/0.2/0.1 (QUAD_REQUESTS
+#               A/B/C/D sets them), the users alternating;
 #   CELL.alone  (ALONE_CELLS) one job under gpushared, client a alone: what the hook costs a
 #               lone client (its due share is 1);
 #   CELL.timeslice (TIMESLICE_CELLS) the pair's two jobs without the hook: the driver's
@@ -103,6 +103,7 @@ window=${WINDOW:-10}
 quantum=${QUANTUM:-}
 queue_ahead=${QUEUE_AHEAD:-}
 mix_requests=${MIX_REQUESTS:-0.5/0.5}
+quad_requests=${QUAD_REQUESTS:-0.4/0.3/0.2/0.1}
 loop_requests=${LOOP_REQUESTS:-0.75/0.25}
 budget=${BUDGET:-450}
 job_limit=$((tf_startup + span + 90))
@@ -212,14 +213,16 @@ solo_cell() { # CELL [again]: once per cell and run, or (again) once more
   progress "$phase"
 }
 shared_cell() { # CELL pair|quad|alone|mix[_alt]
-  local cell=$1 phase=$1.$2 pids=() files=() clients c n r u until hook=$uhook target=$target
+  local cell=$1 phase=$1.$2 pids=() files=() clients c n r u until hook=$uhook target=$target q1 q2 q3 q4
   log "== $phase"
   fits $((startup + span + 20)) "$phase" || return
   [[ -n ${shape[${cell%%:*}]:-} ]] || { json_line phase="$phase" error="kernel ${cell%%:*} not calibrated" >>"$out"; return; }
   if [[ $2 == *_alt ]]; then use_alt "$phase" || return; fi
   case ${2%_alt} in
     pair) clients=("a:0.75:$u1" "b:0.25:$u2") ;;
-    quad) clients=("q1:0.4:$u1" "q2:0.3:$u2" "q3:0.2:$u1" "q4:0.1:$u2") ;;
+    quad)
+      IFS=/ read -r q1 q2 q3 q4 <<<"$quad_requests"
+      clients=("q1:$q1:$u1" "q2:$q2:$u2" "q3:$q3:$u1" "q4:$q4:$u2") ;;
     alone) clients=("a:0.75:$u1") ;;
     mix) clients=("a:${mix_requests%/*}:$u1" "b:${mix_requests#*/}:$u2") ;;
     timeslice) clients=("a::$u1" "b::$u2") hook="" ;;
