@@ -14,9 +14,12 @@
 //! or more such batch processes are active, the time is cut into *windows*, and now and then one
 //! window tries the other *mode* ([`Mode::Turns`]: one batch lease at a time; or
 //! [`Mode::Together`]: leases overlap as [`fairness`](super::fairness) allows). The mode that
-//! gave the processes more progress is kept: the geometric mean, over the processes active in
-//! both, of each one's launch rate running together over its rate in turns, against
-//! [`KEEP_TOGETHER`]. A launch rate is a process's own measure of its progress, whatever its
+//! gave the processes more progress is kept. A window lasts one quantum per process and one
+//! more (0.15-0.5 s), and longer until two processes made [`LEAST_LAUNCHES`] in it (long
+//! kernels), at most [`MOST_WINDOW`]; one whose mode differs from the window's before counts only
+//! after [`SETTLE_LEASES`] leases, while the leases of the mode before end. The measure is the
+//! geometric mean, over the processes active in both, of each one's launch rate running
+//! together over its rate in turns, against [`KEEP_TOGETHER`]. A launch rate is a process's own measure of its progress, whatever its
 //! kernels' sizes; comparing each process with itself in two windows next to each other makes
 //! the kernels' sizes and the processes' number drop out. A decision that a trial confirms
 //! stands twice as long before the next trial, up to [`LONGEST_STAY`].
@@ -61,8 +64,19 @@ pub const FORGET_AFTER: Nanos = 2_000_000_000;
 /// Shortest window; a window also lasts one quantum per active process, and one more, so that
 /// each process gets a turn in a window of turns.
 const LEAST_WINDOW: Nanos = 150_000_000;
-/// Longest window.
+/// Longest window by its processes' number.
 const LONGEST_WINDOW: Nanos = 500_000_000;
+/// Launches two processes must have made in a window before it ends: a count is off by the
+/// kernels queued at either end, and a window of 0.15 s held about five 16 ms kernels per
+/// process. Two processes of such kernels that never synchronize lost a tenth of their rates
+/// together, and trials of windows that short kept them together (0.447 / 0.449 of their rates
+/// alone at requests 0.5 / 0.5 on an H200, where turns give each about 0.49).
+const LEAST_LAUNCHES: f64 = 32.0;
+/// The longest a window waits for [`LEAST_LAUNCHES`].
+const MOST_WINDOW: Nanos = 2_000_000_000;
+/// Leases per process a window of a mode other than the one before waits before it counts
+/// launches: the leases of the mode before end within a lease, and their queues drain.
+const SETTLE_LEASES: Nanos = 2;
 /// Running together is kept while it gives at least this part of the progress turns give:
 /// turns cost a hand-over (a drained queue) per lease, and leases together need no probes.
 pub const KEEP_TOGETHER: f64 = 0.97;
@@ -78,31 +92,49 @@ struct Progress {
     covered: Nanos,
 }
 
+/// A window: from its start, the mode's leases settle until `counts_from`; it ends at `due` once
+/// two processes made [`LEAST_LAUNCHES`] in it, or [`MOST_WINDOW`] after its start.
 #[derive(Debug)]
 struct Window {
     mode: Mode,
     start: Nanos,
+    counts_from: Nanos,
+    due: Nanos,
+    /// When it ended (while it runs: the latest report or tick).
     end: Nanos,
     progress: BTreeMap<SessionId, Progress>,
 }
 
 impl Window {
-    fn new(mode: Mode, start: Nanos, length: Nanos) -> Self {
+    fn new(mode: Mode, start: Nanos, settle: Nanos, length: Nanos) -> Self {
+        let counts_from = start + settle;
         Window {
             mode,
             start,
-            end: start + length,
+            counts_from,
+            due: counts_from + length,
+            end: counts_from,
             progress: BTreeMap::new(),
         }
+    }
+
+    /// Whether the window may end at `now`.
+    fn over(&self, now: Nanos) -> bool {
+        let measured = self
+            .progress
+            .values()
+            .filter(|p| p.launches >= LEAST_LAUNCHES)
+            .count();
+        now >= self.due && (measured >= 2 || now >= self.start + MOST_WINDOW)
     }
 
     /// Launches per second of each process whose reports covered enough of the window (half a
     /// launch added, so that a process that launched nothing has a rate to compare).
     fn rates(&self) -> BTreeMap<SessionId, f64> {
-        let least = (self.end - self.start) as f64 * LEAST_COVER;
+        let least = self.end.saturating_sub(self.counts_from) as f64 * LEAST_COVER;
         self.progress
             .iter()
-            .filter(|(_, p)| p.covered as f64 >= least)
+            .filter(|(_, p)| p.covered > 0 && p.covered as f64 >= least)
             .map(|(&s, p)| (s, (p.launches + 0.5) * 1e9 / p.covered as f64))
             .collect()
     }
@@ -165,8 +197,8 @@ impl Trials {
     }
 
     /// `session` reports `launches` since its last report, at `now`: they are spread evenly over
-    /// that time, and the running window counts the part that falls in it. A first report only
-    /// starts the count.
+    /// that time, and the running window counts the part that falls in it once it counts. A
+    /// first report only starts the count.
     pub fn launched(&mut self, session: SessionId, launches: u64, now: Nanos) {
         let Some(from) = self.reported.insert(session, now) else {
             return;
@@ -174,9 +206,10 @@ impl Trials {
         let Some(w) = self.window.as_mut() else {
             return;
         };
+        w.end = w.end.max(now);
         let span = now.saturating_sub(from);
-        let start = from.max(w.start);
-        let end = now.min(w.end);
+        let start = from.max(w.counts_from);
+        let end = now;
         if span == 0 || end <= start {
             return;
         }
@@ -219,8 +252,10 @@ impl Trials {
         let length =
             (quantum.saturating_mul(active as Nanos + 1)).clamp(LEAST_WINDOW, LONGEST_WINDOW);
         match self.window.take() {
-            None => self.window = Some(Window::new(self.decided, now, length)),
-            Some(w) if now >= w.end => {
+            None => self.window = Some(Window::new(self.decided, now, 0, length)),
+            Some(mut w) if w.over(now) => {
+                w.end = now;
+                let last = w.mode;
                 self.close(w, now);
                 // a trial needs two processes measured in the window it is compared with
                 let trial = now >= self.next_trial
@@ -230,9 +265,17 @@ impl Trials {
                 } else {
                     self.decided
                 };
-                self.window = Some(Window::new(mode, now, length));
+                let settle = if mode == last {
+                    0
+                } else {
+                    quantum.saturating_mul(SETTLE_LEASES)
+                };
+                self.window = Some(Window::new(mode, now, settle, length));
             }
-            Some(w) => self.window = Some(w),
+            Some(mut w) => {
+                w.end = w.end.max(now);
+                self.window = Some(w);
+            }
         }
     }
 
@@ -387,12 +430,76 @@ mod tests {
     #[test]
     fn launches_are_spread_over_the_time_they_were_reported_for() {
         let mut t = Trials::default();
-        t.tick(0, 2, Q);
         t.launched(1, 0, 0);
-        // the window ends at 150 ms: half of this report's 200 ms falls in it
+        t.launched(2, 0, 0);
+        // the first window starts at 100 ms: half of this report's 200 ms falls in it
+        t.tick(100 * MS, 2, Q);
         t.launched(1, 100, 200 * MS);
         let p = t.window.as_ref().unwrap().progress[&1];
-        assert!((p.launches - 75.0).abs() < 1e-9, "{}", p.launches);
-        assert_eq!(p.covered, 150 * MS);
+        assert!((p.launches - 50.0).abs() < 1e-9, "{}", p.launches);
+        assert_eq!(p.covered, 100 * MS);
+    }
+
+    /// A window of the other mode counts nothing while the leases of the mode before end and
+    /// their queues drain.
+    #[test]
+    fn a_window_of_the_other_mode_counts_once_the_leases_settled() {
+        let mut t = Trials::default();
+        let mut now = 0;
+        while t.mode() == Mode::Together {
+            now += MS;
+            assert!(now < 3_000 * MS, "no trial");
+            t.tick(now, 2, Q);
+            if now % Q == 0 {
+                t.launched(1, 200, now);
+                t.launched(2, 200, now);
+            }
+        }
+        let w = t.window.as_ref().unwrap();
+        assert_eq!(w.start, now);
+        assert_eq!(w.counts_from - w.start, SETTLE_LEASES * Q);
+        let start = w.start;
+        t.launched(1, 40, start + Q);
+        t.launched(1, 40, start + 3 * Q);
+        let p = t.window.as_ref().unwrap().progress[&1];
+        assert!((p.launches - 20.0).abs() < 1e-9, "{}", p.launches);
+        assert_eq!(p.covered, Q);
+    }
+
+    /// Windows last until two processes launched enough to compare: processes of kernels of
+    /// 16 ms, a little slower together, take turns.
+    #[test]
+    fn windows_of_long_kernels_last_until_two_processes_launched_enough() {
+        let mut t = Trials::default();
+        // launches a millisecond, in thousandths: 1 / 16 ms in turns, 0.45 / 0.49 of that
+        // together
+        let mut acc = [0u64; 2];
+        let mut modes = Vec::new();
+        let mut counts = [0u64; 2];
+        for ms in 1..=60_000u64 {
+            let now = ms * MS;
+            t.tick(now, 2, Q);
+            let mode = t.mode();
+            modes.push(mode);
+            for i in 0..2 {
+                acc[i] += match mode {
+                    Mode::Together => 1000 * 45 / 49 / 16,
+                    Mode::Turns => 1000 / 16,
+                };
+                counts[i] += acc[i] / 1000;
+                acc[i] %= 1000;
+            }
+            if ms % 20 == 0 {
+                for (i, c) in counts.iter_mut().enumerate() {
+                    t.launched(i as SessionId, std::mem::take(c), now);
+                }
+            }
+            if let Some(w) = &t.before {
+                let length = w.end - w.counts_from;
+                assert!(length >= 500 * MS, "a window of {} ms", length / MS);
+            }
+        }
+        assert_eq!(t.decided, Mode::Turns);
+        assert!(share(&modes[30_000..], Mode::Turns) > 0.9);
     }
 }
