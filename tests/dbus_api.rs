@@ -546,6 +546,107 @@ fn clients_are_objects_with_properties() {
     });
 }
 
+/// How leases run on each GPU and what the scheduler estimates of each client there, over a
+/// real bus: the device object's Leases and the client object's Demand, `leases` and `demand`
+/// in ListDevices and ListClients (and so in `gpushare --json status`), and the tables of
+/// `gpushare status`. Without MPS leases overlap by demand ("together"), a process holding a
+/// lease counts at the first estimate of its demand, and a reload to one lease at a time
+/// changes both; under MPS leases run side by side with no estimates.
+#[test]
+fn lease_modes_and_demands_are_read_over_the_bus() {
+    require_root();
+    let bus = TestBus::start();
+    // leases long enough to hold one while the test reads
+    let d = Daemon::builder()
+        .table("daemon", "quantum = \"60s\"")
+        .fake_gpu(FakeGpu::new("count 1\n").without_mps())
+        .bus(&bus)
+        .config(CONFIG)
+        .start();
+    let uuid = "GPU-fa4e0000-0000-0000-0000-000000000000";
+    let gpu = gpushare::protocol::DeviceId::parse(uuid).unwrap();
+    let get = |path: &str, interface: &str, prop: &str| {
+        let out = d.busctl(&["get-property", "org.gpushare1", path, interface, prop]);
+        stdout(&out).trim().to_string()
+    };
+    let leases = || get("/org/gpushare1/device/0", "org.gpushare1.Device", "Leases");
+    let demand = || {
+        get(
+            "/org/gpushare1/client/train",
+            "org.gpushare1.Client",
+            "Demand",
+        )
+    };
+    wait_for("the device's lease mode", Duration::from_secs(10), || {
+        leases() == "s \"together\""
+    });
+    let doc = || -> serde_json::Value {
+        let out = d.cli(&["--json", "status"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(doc()["devices"][0]["leases"], "together");
+
+    let mut p = d.connect();
+    p.hello("train");
+    p.acquire_granted(gpu);
+    let estimated = format!("a(sd) 1 \"{uuid}\" 0.5");
+    wait_for("the client's demand", Duration::from_secs(10), || {
+        demand() == estimated
+    });
+    let train = d.client("train");
+    assert_eq!(train["devices"][0]["device"], uuid, "{train}");
+    assert_eq!(train["devices"][0]["demand"], 0.5, "{train}");
+    let text = stdout(&d.cli(&["status"]));
+    let header = text.lines().find(|l| l.starts_with("GPU")).unwrap_or("");
+    assert!(header.contains("LEASES"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with('0') && l.contains("together")),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("train") && l.split_whitespace().nth(1) == Some("0"))
+        .unwrap_or_else(|| panic!("no row of train on GPU 0: {text}"));
+    assert!(row.contains("50%"), "{text}");
+
+    // one lease at a time: no overlap by demand, and no estimate
+    let config = std::fs::read_to_string(&d.config).unwrap();
+    let config = config.replace("[daemon]\n", "[daemon]\nconcurrent_leases = 1\n");
+    std::fs::write(&d.config, config).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("one lease at a time", Duration::from_secs(10), || {
+        leases() == "s \"one-at-a-time\""
+    });
+    wait_for("no estimate", Duration::from_secs(10), || {
+        demand() == format!("a(sd) 1 \"{uuid}\" 0")
+    });
+    assert_eq!(doc()["devices"][0]["leases"], "one-at-a-time");
+    assert_eq!(d.client("train")["devices"][0]["demand"], 0.0);
+    drop(p);
+    drop(d);
+
+    let d = Daemon::builder()
+        .fake_gpu(FakeGpu::new("count 1\n"))
+        .bus(&bus)
+        .config(CONFIG)
+        .start();
+    let leases = || {
+        let out = d.busctl(&[
+            "get-property",
+            "org.gpushare1",
+            "/org/gpushare1/device/0",
+            "org.gpushare1.Device",
+            "Leases",
+        ]);
+        stdout(&out).trim().to_string()
+    };
+    wait_for("leases under MPS", Duration::from_secs(10), || {
+        leases() == "s \"mps\""
+    });
+}
+
 /// The next item of a stream.
 async fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
     std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await

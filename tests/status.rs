@@ -160,9 +160,10 @@ fn status_shows_a_clients_figures_on_each_gpu() {
         busy["devices"],
         serde_json::json!([
             {"device": GPU0.to_string(), "memory_used": 600u64 << 20, "share_used": 0.0,
-             "holding": false, "waiting": 0},
+             "holding": false, "waiting": 0, "demand": 0.0},
             {"device": GPU1.to_string(), "memory_used": 100u64 << 20,
-             "share_used": busy["devices"][1]["share_used"], "holding": true, "waiting": 0},
+             "share_used": busy["devices"][1]["share_used"], "holding": true, "waiting": 0,
+             "demand": 0.5},
         ]),
         "{doc}"
     );
@@ -181,6 +182,11 @@ fn status_shows_a_clients_figures_on_each_gpu() {
     assert!(row(GPU0.to_string()).ends_with("idle"), "{text}");
     assert!(row(GPU1.to_string()).contains("100MiB/1GiB"), "{text}");
     assert!(row(GPU1.to_string()).ends_with("running"), "{text}");
+    // DEMAND: the estimate of the process holding a lease there (the first guess, 50%), none
+    // where it only holds memory
+    let demand = |gpu: String| row(gpu).split_whitespace().nth(4).map(str::to_string);
+    assert_eq!(demand(GPU1.to_string()).as_deref(), Some("50%"), "{text}");
+    assert_eq!(demand(GPU0.to_string()).as_deref(), Some("-"), "{text}");
 }
 
 #[test]

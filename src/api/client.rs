@@ -104,6 +104,12 @@ pub struct ClientDevice {
     /// Its processes waiting for a lease there.
     #[serde(with = "variant_on_dbus")]
     pub waiting: u32,
+    /// The scheduler's demand estimates of its processes that hold or wait for a lease there,
+    /// added up: the fraction of the GPU their work keeps busy, as their hooks measured it (1.0:
+    /// the whole GPU). 0 when none does, and where leases do not overlap by demand (under MPS,
+    /// or with `daemon.concurrent_leases` set), where there is no estimate.
+    #[serde(with = "variant_on_dbus")]
+    pub demand: f64,
 }
 
 /// The fair-share factor of a record without one: fair share off.

@@ -40,4 +40,25 @@ pub struct Device {
     /// How often MPS was restarted since the daemon started.
     #[serde(with = "variant_on_dbus")]
     pub mps_restarts: u32,
+    /// How leases run on it now: [`Device::MPS`], [`Device::ONE_AT_A_TIME`],
+    /// [`Device::CONCURRENT`], [`Device::TOGETHER`] or [`Device::TURNS`]; empty from a daemon
+    /// without it.
+    #[serde(with = "variant_on_dbus")]
+    pub leases: String,
+}
+
+impl Device {
+    /// Leases run side by side under MPS, as many at once as `daemon.concurrent_leases` allows.
+    pub const MPS: &'static str = "mps";
+    /// One lease at a time (`daemon.concurrent_leases = 1`).
+    pub const ONE_AT_A_TIME: &'static str = "one-at-a-time";
+    /// Without MPS, as many leases at once as `daemon.concurrent_leases` allows, whatever the
+    /// processes' demands; the driver time-slices the GPU between them.
+    pub const CONCURRENT: &'static str = "concurrent";
+    /// Without MPS, leases overlap by demand: a lease starts beside the running ones while the
+    /// GPU has room for them or the weights allow.
+    pub const TOGETHER: &'static str = "together";
+    /// Without MPS, leases overlap by demand, but batch leases take exclusive turns: the
+    /// processes progressed more in turns than together.
+    pub const TURNS: &'static str = "turns";
 }

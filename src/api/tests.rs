@@ -77,6 +77,7 @@ fn client_device() -> ClientDevice {
         share_used: 0.25,
         holding: true,
         waiting: 1,
+        demand: 0.75,
     }
 }
 
@@ -144,6 +145,7 @@ const CLIENT_DEVICE_KEYS: &[(&str, &str)] = &[
     ("share_used", "d"),
     ("holding", "b"),
     ("waiting", "u"),
+    ("demand", "d"),
 ];
 
 fn device() -> Device {
@@ -159,6 +161,7 @@ fn device() -> Device {
         pids: vec![41, 999],
         mps: "running".into(),
         mps_restarts: 1,
+        leases: Device::TURNS.into(),
     }
 }
 
@@ -174,6 +177,7 @@ const DEVICE_KEYS: &[(&str, &str)] = &[
     ("pids", "au"),
     ("mps", "s"),
     ("mps_restarts", "u"),
+    ("leases", "s"),
 ];
 
 fn flagged() -> FlaggedProcess {
@@ -257,7 +261,7 @@ fn a_client_is_a_dictionary_on_d_bus_and_an_object_in_json() {
     assert_eq!(
         json["devices"][0],
         serde_json::json!({"device": "GPU-8f4c0e2a", "memory_used": 600u64 << 20,
-                           "share_used": 0.25, "holding": true, "waiting": 1})
+                           "share_used": 0.25, "holding": true, "waiting": 1, "demand": 0.75})
     );
     assert_eq!(json["pids"], serde_json::json!([41, 42]));
     assert_eq!(json["request"], serde_json::json!(0.5));
@@ -282,6 +286,7 @@ fn a_clients_figures_on_each_gpu_are_dictionaries_inside_the_variant() {
 #[test]
 fn a_device_is_a_dictionary_on_d_bus_and_an_object_in_json() {
     check_round_trips(&device(), DEVICE_KEYS);
+    assert_eq!(json_object(&device())["leases"], serde_json::json!("turns"));
 }
 
 #[test]
@@ -347,6 +352,15 @@ fn keys_an_older_daemon_lacks_take_their_defaults_and_unknown_keys_are_ignored()
     let bytes = dict_bytes(vec![("index", Value::from(3u32))]);
     let (d, _): (Device, _) = bytes.deserialize().expect("decodes");
     assert_eq!((d.index, d.mps_restarts, d.pids.len()), (3, 0, 0));
+    assert_eq!(d.leases, "", "a daemon that does not say how leases run");
+
+    // a client's figures on a GPU from before demand estimates
+    let bytes = dict_bytes(vec![
+        ("device", Value::from("GPU-8f4c0e2a")),
+        ("holding", Value::from(true)),
+    ]);
+    let (cd, _): (ClientDevice, _) = bytes.deserialize().expect("decodes");
+    assert_eq!((cd.holding, cd.demand), (true, 0.0));
 
     let bytes = dict_bytes(vec![("pid", Value::from(9u32))]);
     let (f, _): (FlaggedProcess, _) = bytes.deserialize().expect("decodes");
@@ -374,6 +388,13 @@ fn keys_an_older_daemon_lacks_take_their_defaults_and_unknown_keys_are_ignored()
     assert!(s.flagged.is_empty() && s.devices.is_empty());
     assert_eq!(s.clients[0].pids, [41]);
     assert_eq!(s.clients[0].fair_share, 1.0, "no fair share then");
+    let s: Status = serde_json::from_value(serde_json::json!({
+        "devices": [{"index": 0, "uuid": "GPU-8f4c0e2a", "mps": "off"}],
+        "clients": [{"name": "train", "devices": [{"device": "GPU-8f4c0e2a", "waiting": 1}]}],
+    }))
+    .expect("from JSON");
+    assert_eq!(s.devices[0].leases, "");
+    assert_eq!(s.clients[0].devices[0].demand, 0.0);
 }
 
 #[test]

@@ -44,8 +44,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the daemon, its devices, the GPU processes its scan flagged (not attached, or using
-    /// the GPU around the hook) and its clients, with their figures on each GPU.
+    /// Show the daemon, its devices with how leases run on each, the GPU processes its scan
+    /// flagged (not attached, or using the GPU around the hook) and its clients, with their
+    /// figures on each GPU (share, memory, demand estimate, state).
     Status,
     /// List clients with their shares and live usage.
     Clients,

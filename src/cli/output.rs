@@ -58,6 +58,24 @@ pub(super) fn device_state(d: &ClientDevice) -> &'static str {
     }
 }
 
+/// How leases run on a GPU, "-" from a daemon that does not say.
+pub(super) fn leases_cell(d: &Device) -> String {
+    if d.leases.is_empty() {
+        "-".into()
+    } else {
+        d.leases.clone()
+    }
+}
+
+/// A demand estimate as a percentage of the GPU, "-" for none.
+pub(super) fn demand_cell(demand: f64) -> String {
+    if demand > 0.0 {
+        format!("{:.0}%", 100.0 * demand)
+    } else {
+        "-".into()
+    }
+}
+
 pub(super) fn class(c: &Client) -> &'static str {
     if c.interactive {
         "interactive"
@@ -128,7 +146,7 @@ pub(super) fn gpu_label(devices: &[Device], uuid: &str) -> String {
 }
 
 /// One row per client and GPU it uses or used ([`gpu_label`]); memory against the cap, which
-/// applies on each GPU.
+/// applies on each GPU, and the demand estimate of its processes there.
 fn device_rows(devices: &[Device], clients: &[Client]) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
     for c in clients {
@@ -138,6 +156,7 @@ fn device_rows(devices: &[Device], clients: &[Client]) -> Vec<Vec<String>> {
                 gpu_label(devices, &d.device),
                 format!("{:.1}%", 100.0 * d.share_used),
                 format!("{}/{}", bytes_cell(d.memory_used), cap_cell(c.memory)),
+                demand_cell(d.demand),
                 device_state(d).into(),
             ]);
         }
@@ -251,6 +270,7 @@ pub fn status(as_json: bool, doc: &Status) -> Result<(), Failure> {
                     d.name.clone(),
                     d.compute_mode.clone(),
                     d.mps.clone(),
+                    leases_cell(d),
                     format!(
                         "{}/{}",
                         bytes_cell(d.memory_used),
@@ -259,7 +279,10 @@ pub fn status(as_json: bool, doc: &Status) -> Result<(), Failure> {
                 ]
             })
             .collect();
-        table(&["GPU", "NAME", "COMPUTE MODE", "MPS", "MEMORY"], rows);
+        table(
+            &["GPU", "NAME", "COMPUTE MODE", "MPS", "LEASES", "MEMORY"],
+            rows,
+        );
     }
     if !doc.flagged.is_empty() {
         println!();
@@ -275,7 +298,10 @@ pub fn status(as_json: bool, doc: &Status) -> Result<(), Failure> {
     if !per_gpu.is_empty() {
         println!();
         println!("Per GPU (each has its own token; the memory cap applies on each):");
-        table(&["CLIENT", "GPU", "USED", "MEMORY", "STATE"], per_gpu);
+        table(
+            &["CLIENT", "GPU", "USED", "MEMORY", "DEMAND", "STATE"],
+            per_gpu,
+        );
     }
     Ok(())
 }

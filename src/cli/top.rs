@@ -2,7 +2,9 @@
 //! by the share of GPU time they had over the last ten seconds. `q`, Esc or Ctrl-C quits. The
 //! terminal is put back as it was on every way out: quitting, an error, a signal or a panic.
 
-use super::output::{bytes_cell, cap_cell, class, client_state, device_state, gpu_label, joined};
+use super::output::{
+    bytes_cell, cap_cell, class, client_state, device_state, gpu_label, joined, leases_cell,
+};
 use super::source::Source;
 use super::Failure;
 use crate::api::{Client, Device, Status};
@@ -237,6 +239,7 @@ fn draw(f: &mut Frame<'_>, view: &View) {
                         bytes_cell(d.memory_total)
                     ),
                     d.mps.clone(),
+                    leases_cell(d),
                     d.compute_mode.clone(),
                     if lost.is_empty() {
                         "-".into()
@@ -254,6 +257,7 @@ fn draw(f: &mut Frame<'_>, view: &View) {
                 Constraint::Length(5),
                 Constraint::Length(17),
                 Constraint::Length(8),
+                Constraint::Length(13),
                 Constraint::Length(18),
                 Constraint::Min(12),
             ],
@@ -264,6 +268,7 @@ fn draw(f: &mut Frame<'_>, view: &View) {
             "UTIL",
             "MEMORY",
             "MPS",
+            "LEASES",
             "COMPUTE MODE",
             "UNATTACHED PIDS",
         ]))
@@ -384,7 +389,8 @@ mod tests {
             "attached_processes": 2,
             "devices": [{"index": 0, "name": "NVIDIA H100", "utilization_gpu": 87,
                          "memory_used": 3u64 << 30, "memory_total": 80u64 << 30, "mps": "off",
-                         "compute_mode": "DEFAULT", "pids": [41, 42, 999]}],
+                         "leases": "turns", "compute_mode": "DEFAULT",
+                         "pids": [41, 42, 999]}],
             "clients": [
                 {"name": "small", "users": ["bob"], "groups": [], "request": 0.1, "limit": 1.0,
                  "share_used": 0.05, "gpu_time_ns": 61_000_000_000u64, "memory": 0,
@@ -409,6 +415,7 @@ mod tests {
         assert!(s.contains("@ml") && s.contains("bob"), "{s}");
         assert!(s.contains("1GiB/2GiB") && s.contains("unlimited"), "{s}");
         assert!(s.contains("87%") && s.contains("999"), "{s}");
+        assert!(s.contains("LEASES") && s.contains("turns"), "{s}");
         assert!(s.contains("the daemon went away"), "{s}");
         assert!(!s.contains("  GPU "), "one GPU: no rows per GPU\n{s}");
     }

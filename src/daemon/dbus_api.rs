@@ -103,6 +103,7 @@ fn client_device_record(r: &ClientDeviceReport) -> api::ClientDevice {
         share_used: r.share_used,
         holding: r.holding,
         waiting: r.waiting,
+        demand: r.demand,
     }
 }
 
@@ -333,7 +334,9 @@ impl Manager {
 
     /// Every client with its shares and live usage: `memory` (the cap on each GPU, 0 for none),
     /// `memory_used`, `share_used`, `holding` and `waiting` over all GPUs, and `devices`, the
-    /// same figures on each GPU it uses or used (`device` is the GPU's UUID).
+    /// same figures on each GPU it uses or used (`device` is the GPU's UUID), with `demand`, the
+    /// demand estimates of its processes that hold or wait for a lease there, added up (0
+    /// without overlap by demand).
     async fn list_clients(&self) -> Vec<api::Client> {
         self.lock().reports().iter().map(client_record).collect()
     }
@@ -362,7 +365,8 @@ impl Manager {
         Ok(rows.into_iter().map(|r| usage_record(by, r)).collect())
     }
 
-    /// The managed GPUs with live memory and state.
+    /// The managed GPUs with live memory and state; `leases`, how leases run on each now: mps,
+    /// one-at-a-time, concurrent, together or turns.
     async fn list_devices(&self) -> Vec<api::Device> {
         let devices = self.devices.clone();
         tokio::task::spawn_blocking(move || devices())

@@ -68,6 +68,8 @@ pub struct ClientProps {
     groups: Vec<String>,
     /// Per GPU: UUID, memory used, share, holding, waiting.
     devices: Vec<(String, u64, f64, bool, u32)>,
+    /// Per GPU, as `devices`: UUID, demand.
+    demand: Vec<(String, f64)>,
 }
 
 impl From<&ClientReport> for ClientProps {
@@ -103,6 +105,11 @@ impl From<&ClientReport> for ClientProps {
                     )
                 })
                 .collect(),
+            demand: r
+                .devices
+                .iter()
+                .map(|d| (d.device.clone(), d.demand))
+                .collect(),
         }
     }
 }
@@ -129,6 +136,7 @@ impl ClientProps {
             ("Users", Value::from(self.users.clone())),
             ("Groups", Value::from(self.groups.clone())),
             ("Devices", Value::from(self.devices.clone())),
+            ("Demand", Value::from(self.demand.clone())),
         ]
     }
 }
@@ -228,6 +236,14 @@ impl ClientObject {
     fn devices(&self) -> Vec<(String, u64, f64, bool, u32)> {
         self.0.devices.clone()
     }
+    /// The scheduler's demand estimate on each GPU of Devices, in the same order: the GPU's UUID
+    /// and the estimates of its processes that hold or wait for a lease there, added up (the
+    /// fraction of the GPU their work keeps busy; 1.0 is the whole GPU). 0 where none does, and
+    /// where leases do not overlap by demand (under MPS, or with concurrent_leases set).
+    #[zbus(property)]
+    fn demand(&self) -> Vec<(String, f64)> {
+        self.0.demand.clone()
+    }
 }
 
 /// What a device object shows.
@@ -243,11 +259,13 @@ pub struct DeviceProps {
     processes: Vec<u32>,
     mps: String,
     holders: Vec<String>,
+    leases: String,
 }
 
 impl DeviceProps {
-    /// The device's properties; `reports` tell which clients hold a lease on it.
-    fn new(d: &DeviceInfo, mps: &MpsStatus, reports: &[ClientReport]) -> Self {
+    /// The device's properties; `reports` tell which clients hold a lease on it, and `leases`
+    /// how leases run on it ([`State::leases`]).
+    fn new(d: &DeviceInfo, mps: &MpsStatus, reports: &[ClientReport], leases: &str) -> Self {
         let id = DeviceId::parse(&d.uuid);
         let holders = reports
             .iter()
@@ -274,6 +292,7 @@ impl DeviceProps {
             }
             .into(),
             holders,
+            leases: leases.into(),
         }
     }
 
@@ -289,6 +308,7 @@ impl DeviceProps {
             ("Processes", Value::from(self.processes.clone())),
             ("Mps", Value::from(self.mps.clone())),
             ("Holders", Value::from(self.holders.clone())),
+            ("Leases", Value::from(self.leases.clone())),
         ]
     }
 }
@@ -343,6 +363,15 @@ impl DeviceObject {
     #[zbus(property)]
     fn holders(&self) -> Vec<String> {
         self.0.holders.clone()
+    }
+    /// How leases run on it now: mps (side by side under MPS), one-at-a-time
+    /// (concurrent_leases = 1), concurrent (as many at once as concurrent_leases allows, without
+    /// MPS), together (overlapping by demand: while the GPU has room or the weights allow) or
+    /// turns (overlapping by demand, but batch leases take exclusive turns: the processes
+    /// progressed more so).
+    #[zbus(property)]
+    fn leases(&self) -> &str {
+        &self.0.leases
     }
 }
 
@@ -452,9 +481,17 @@ pub async fn run(
         let Ok((devices, mps)) = read else {
             continue;
         };
+        let leases: Vec<&str> = {
+            let st = state.lock().unwrap_or_else(|p| p.into_inner());
+            devices.iter().map(|d| st.leases(&d.uuid)).collect()
+        };
         let now = devices
             .iter()
-            .map(|d| (device_path(d.index), DeviceProps::new(d, &mps, &reports)))
+            .zip(leases)
+            .map(|(d, leases)| {
+                let props = DeviceProps::new(d, &mps, &reports, leases);
+                (device_path(d.index), props)
+            })
             .collect();
         sync(&conn, &mut shown_devices, now, DeviceObject, |o| &mut o.0).await;
     }
@@ -502,6 +539,7 @@ mod tests {
             users: vec![],
             groups: vec![],
             devices: vec![],
+            demand: vec![],
         }
     }
 

@@ -100,8 +100,9 @@ pub fn flagged_record(f: &FlaggedProcess) -> api::FlaggedProcess {
     }
 }
 
-/// A device as ListDevices reports it, with the daemon's MPS state.
-pub fn device_record(d: &DeviceInfo, mps: &MpsStatus) -> api::Device {
+/// A device as ListDevices reports it, with the daemon's MPS state and how `leases` run on it
+/// ([`State::leases`]).
+pub fn device_record(d: &DeviceInfo, mps: &MpsStatus, leases: &str) -> api::Device {
     let mps_state = match (mps.enabled, mps.running) {
         (false, _) => "off",
         (true, true) => "running",
@@ -119,5 +120,6 @@ pub fn device_record(d: &DeviceInfo, mps: &MpsStatus) -> api::Device {
         pids: d.processes.iter().map(|p| p.pid).collect(),
         mps: mps_state.into(),
         mps_restarts: mps.restarts,
+        leases: leases.into(),
     }
 }

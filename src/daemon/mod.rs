@@ -118,11 +118,14 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     let metrics_events = events.subscribe();
     let devices: dbus_api::DeviceLister = {
         let (read_devices, read_mps) = (read_devices.clone(), read_mps.clone());
+        let state = state.clone();
         Arc::new(move || {
             let mps = read_mps();
-            read_devices()
+            let devices = read_devices();
+            let state = state.lock().unwrap_or_else(|p| p.into_inner());
+            devices
                 .iter()
-                .map(|d| gpu_events::device_record(d, &mps))
+                .map(|d| gpu_events::device_record(d, &mps, state.leases(&d.uuid)))
                 .collect()
         })
     };

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClientId, Grant, Nanos, Scheduler, SessionId, SessionUsage, Shares, Usage};
+use super::{ClientId, Grant, LeaseMode, Nanos, Scheduler, SessionId, SessionUsage, Shares, Usage};
 use crate::protocol::DeviceId;
 
 #[derive(Debug)]
@@ -150,6 +150,20 @@ impl Schedulers {
         self.devices.get(&device).map(Scheduler::mode)
     }
 
+    /// How leases run on `device` at `now` ([`Scheduler::lease_mode`]); on a device no request
+    /// named yet, as they would start there.
+    pub fn lease_mode(&self, device: DeviceId, now: Nanos) -> LeaseMode {
+        match self.devices.get(&device) {
+            Some(s) => s.lease_mode(now),
+            None => self.starting_lease_mode(),
+        }
+    }
+
+    /// How leases start on a device: with the slots and overlap set, before any trial.
+    pub fn starting_lease_mode(&self) -> LeaseMode {
+        LeaseMode::before_trials(self.slots, self.demand_gated)
+    }
+
     /// Another lease on `device` at once, as [`Scheduler::extend`].
     pub fn extend(&mut self, device: DeviceId, session: SessionId, now: Nanos) -> Option<Grant> {
         self.devices.get_mut(&device)?.extend(session, now)
@@ -251,6 +265,7 @@ impl Schedulers {
             waited_total: 0,
             waiting: 0,
             holding: false,
+            demand: 0.0,
         };
         Some(
             self.devices
@@ -264,6 +279,7 @@ impl Schedulers {
                     waited_total: a.waited_total + u.waited_total,
                     waiting: a.waiting + u.waiting,
                     holding: a.holding || u.holding,
+                    demand: a.demand + u.demand,
                 }),
         )
     }
@@ -444,5 +460,21 @@ mod tests {
         assert_eq!(grants(&mut s, 6 * MS).len(), 2);
         assert_eq!(s.take_revoked(), vec![10]);
         assert!(s.take_revoked().is_empty());
+    }
+
+    /// A device no request named yet reports the mode leases would start in there, and follows
+    /// later changes of the slots as the devices made do.
+    #[test]
+    fn the_lease_mode_of_a_device_comes_from_the_slots_until_trials_run_there() {
+        let mut s = two_clients();
+        assert_eq!(s.lease_mode(GPU1, 0), LeaseMode::OneAtATime);
+        s.set_slots(usize::MAX, true);
+        s.acquire(GPU0, 1, 10, 0);
+        assert_eq!(s.lease_mode(GPU0, 0), LeaseMode::Together);
+        assert_eq!(s.lease_mode(GPU1, 0), LeaseMode::Together);
+        s.set_slots(usize::MAX, false);
+        assert_eq!(s.lease_mode(GPU0, 0), LeaseMode::Concurrent);
+        assert_eq!(s.lease_mode(GPU1, 0), LeaseMode::Concurrent);
+        assert_eq!(s.starting_lease_mode(), LeaseMode::Concurrent);
     }
 }

@@ -48,7 +48,7 @@
 //! several processes run together), up to that many leases run at once; requests then decide who
 //! waits when more processes want the GPU than there are slots, and limits hold as before.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub mod demand;
 pub mod devices;
@@ -93,6 +93,35 @@ pub struct Shares {
     pub limit: f64,
     /// Interactive (latency class): a lease at once, others' leases revoked.
     pub interactive: bool,
+}
+
+/// How the leases of one GPU run, as [`Scheduler::lease_mode`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseMode {
+    /// One lease at a time (one slot).
+    OneAtATime,
+    /// Up to as many leases as there are slots at once, whatever the processes' demands (under
+    /// MPS, or `concurrent_leases` set).
+    Concurrent,
+    /// Overlap by demand: a lease starts beside the running ones while the GPU has room for
+    /// them or the weights allow ([`fairness`]).
+    Together,
+    /// Overlap by demand, but batch leases take exclusive turns: trials measured more progress
+    /// in turns ([`together`]).
+    Turns,
+}
+
+impl LeaseMode {
+    /// The mode of a GPU with `slots` and overlap by demand or not, before any trial.
+    fn before_trials(slots: usize, demand_gated: bool) -> LeaseMode {
+        if slots <= 1 {
+            LeaseMode::OneAtATime
+        } else if demand_gated {
+            LeaseMode::Together
+        } else {
+            LeaseMode::Concurrent
+        }
+    }
 }
 
 /// A decision to send: `session` holds the token for `lease_ns` from now.
@@ -571,9 +600,48 @@ impl Scheduler {
             && self.weights_leave_turns_open()
     }
 
+    /// How leases run at `now`: one at a time, concurrently, or, with overlap by demand,
+    /// together or in turns. Turns while they are in force: the trials chose them, every process
+    /// weighs the same or nearly and no interactive client is active; not once the processes
+    /// stopped contending long enough for the decision to be forgotten
+    /// ([`together::FORGET_AFTER`]), whether a poll came since or not.
+    pub fn lease_mode(&self, now: Nanos) -> LeaseMode {
+        match LeaseMode::before_trials(self.slots, self.demand_gated) {
+            LeaseMode::Together if self.taking_turns(now) && !self.trials.lapsed(now) => {
+                LeaseMode::Turns
+            }
+            mode => mode,
+        }
+    }
+
     /// A process's demand estimate (`None` for a session the scheduler has not seen).
     pub fn demand(&self, session: SessionId) -> Option<f64> {
         self.demand.get(session)
+    }
+
+    /// The demand estimates of `client`'s processes that hold or wait for a lease, added up
+    /// (1.0: work that keeps the whole GPU busy); 0 where leases do not overlap by demand, as
+    /// the estimates decide nothing there.
+    pub fn client_demand(&self, client: ClientId) -> f64 {
+        if !self.demand_gated {
+            return 0.0;
+        }
+        let holding = self
+            .holders
+            .iter()
+            .filter(|h| h.client == client)
+            .map(|h| h.session);
+        let waiting = self
+            .clients
+            .get(&client)
+            .into_iter()
+            .flat_map(|c| c.waiting.iter().copied());
+        let sessions: BTreeSet<SessionId> = holding.chain(waiting).collect();
+        // from 0.0: an empty `sum` of floats is -0.0
+        sessions
+            .into_iter()
+            .filter_map(|s| self.demand.get(s))
+            .fold(0.0, |sum, d| sum + d)
     }
 
     /// Ends the leases that ran out and picks the next holder: an interactive client at once

@@ -1899,7 +1899,18 @@ fn run_equal_pair(rate: impl Fn(bool) -> u64, span: Nanos) -> (f64, [u64; 2]) {
 
 /// [`run_equal_pair`] with these two requests.
 fn run_pair(requests: [f64; 2], rate: impl Fn(bool) -> u64, span: Nanos) -> (f64, [u64; 2]) {
-    let mut s = gated(20 * MS);
+    run_pair_on(&mut gated(20 * MS), requests, rate, span, |_, _| {})
+}
+
+/// [`run_pair`] on `s` (leases of 20 ms), calling `watch` with the scheduler and the time after
+/// each millisecond's polls.
+fn run_pair_on(
+    s: &mut Scheduler,
+    requests: [f64; 2],
+    rate: impl Fn(bool) -> u64,
+    span: Nanos,
+    mut watch: impl FnMut(&Scheduler, Nanos),
+) -> (f64, [u64; 2]) {
     s.set_client(1, shares(requests[0], 1.0), 0);
     s.set_client(2, shares(requests[1], 1.0), 0);
     let sids = [10, 20];
@@ -1926,6 +1937,7 @@ fn run_pair(requests: [f64; 2], rate: impl Fn(bool) -> u64, span: Nanos) -> (f64
             let i = sids.iter().position(|&x| x == g.session).unwrap();
             ends[i] = Some(t + g.lease_ns);
         }
+        watch(s, t);
         let holding = ends.iter().filter(|e| e.is_some()).count();
         for i in 0..2 {
             if ends[i].is_some() {
@@ -2004,4 +2016,104 @@ fn no_trials_run_where_weights_differ() {
         }
         t += MS;
     }
+}
+
+/// The lease mode reported follows the trials: a pair of equal weights that slows down together
+/// runs together until a trial measures more progress in turns, then takes turns; an active
+/// interactive client puts the turns aside, and once nobody contends the decision lapses with
+/// time alone, whether a poll comes or not.
+#[test]
+fn the_lease_mode_goes_from_together_to_turns_for_a_pair_slower_together() {
+    let slower = |together: bool| if together { 23 } else { 100 };
+    let mut s = gated(20 * MS);
+    let mut modes = Vec::new();
+    run_pair_on(&mut s, [0.5, 0.5], slower, 10 * S, |s, t| {
+        modes.push(s.lease_mode(t))
+    });
+    let before_trials = (together::FIRST_TRIAL / MS) as usize;
+    assert!(modes[..before_trials]
+        .iter()
+        .all(|&m| m == LeaseMode::Together));
+    let tail = &modes[modes.len() / 2..];
+    let turns = tail.iter().filter(|&&m| m == LeaseMode::Turns).count() as f64 / tail.len() as f64;
+    assert!(turns > 0.9, "turns {turns} of the last 10 s");
+    let end = 20 * S;
+    assert_eq!(s.lease_mode(end), LeaseMode::Turns);
+    s.session_gone(10, end);
+    s.session_gone(20, end);
+    assert_eq!(
+        s.lease_mode(end + together::FORGET_AFTER / 2),
+        LeaseMode::Turns,
+        "a short pause keeps the decision"
+    );
+    assert_eq!(
+        s.lease_mode(end + together::FORGET_AFTER + MS),
+        LeaseMode::Together
+    );
+
+    let mut s = gated(20 * MS);
+    run_pair_on(&mut s, [0.5, 0.5], slower, 10 * S, |_, _| {});
+    assert_eq!(s.lease_mode(end), LeaseMode::Turns);
+    s.set_client(3, LIVE, end);
+    s.acquire(3, 30, end);
+    while s.poll(end).is_some() {}
+    assert_eq!(s.lease_mode(end), LeaseMode::Together, "interactive");
+}
+
+/// Where leases do not overlap by demand, the mode is the slots' alone: one lease at a time
+/// with one slot (however the processes progress), concurrent leases with more.
+#[test]
+fn the_lease_mode_without_overlap_by_demand_is_one_at_a_time_or_concurrent() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    let mut modes = Vec::new();
+    run_pair_on(
+        &mut s,
+        [0.5, 0.5],
+        |together| if together { 23 } else { 100 },
+        5 * S,
+        |s, t| modes.push(s.lease_mode(t)),
+    );
+    assert!(modes.iter().all(|&m| m == LeaseMode::OneAtATime));
+    s.set_slots(4, false);
+    assert_eq!(s.lease_mode(10 * S), LeaseMode::Concurrent);
+    s.set_slots(usize::MAX, false);
+    assert_eq!(s.lease_mode(10 * S), LeaseMode::Concurrent);
+    s.set_slots(1, true);
+    assert_eq!(s.lease_mode(10 * S), LeaseMode::OneAtATime);
+    s.set_slots(usize::MAX, true);
+    assert_eq!(s.lease_mode(10 * S), LeaseMode::Together);
+}
+
+/// A client's demand is its processes' estimates added up, of those that hold or wait for a
+/// lease; 0 without overlap by demand.
+#[test]
+fn a_clients_demand_adds_up_its_processes_that_hold_or_wait() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    let none = s.client_demand(1);
+    assert!(
+        none == 0.0 && none.is_sign_positive(),
+        "nobody asked: {none}"
+    );
+    s.acquire(1, 10, 0);
+    s.acquire(1, 11, 0);
+    s.acquire(2, 20, 0);
+    let initial = demand::INITIAL_DEMAND;
+    assert_eq!(s.client_demand(1), 2.0 * initial);
+    while s.poll(0).is_some() {}
+    assert!(s.holders.iter().any(|h| h.session == 10));
+    assert_eq!(s.client_demand(1), 2.0 * initial, "holding or waiting");
+    assert_eq!(s.usage(1, 0).unwrap().demand, 2.0 * initial);
+    // a lease that kept the GPU busy a tenth of the time lowers the estimate; idle, it counts
+    // no more
+    s.release(10, 2 * MS, 20 * MS);
+    let lowered = s.demand(10).unwrap();
+    assert!(lowered < initial, "{lowered}");
+    assert_eq!(s.client_demand(1), s.demand(11).unwrap());
+    s.acquire(1, 10, 20 * MS);
+    assert_eq!(s.client_demand(1), lowered + s.demand(11).unwrap());
+    assert_eq!(s.client_demand(2), s.demand(20).unwrap());
+    s.set_slots(usize::MAX, false);
+    assert_eq!(s.client_demand(1), 0.0, "no overlap by demand");
 }

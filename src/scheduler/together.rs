@@ -195,6 +195,13 @@ impl Trials {
         self.window.as_ref().map_or(self.decided, |w| w.mode)
     }
 
+    /// Whether the decision lapsed by `now`: two or more batch processes last contended more
+    /// than [`FORGET_AFTER`] before, so that the next [`Trials::tick`] forgets it.
+    pub fn lapsed(&self, now: Nanos) -> bool {
+        self.contended
+            .is_some_and(|(_, last)| now.saturating_sub(last) > FORGET_AFTER)
+    }
+
     /// `session` reports `launches` since its last report, at `now`: they are spread evenly over
     /// that time, and the running window counts the part that falls in it once it counts. A
     /// first report only starts the count.

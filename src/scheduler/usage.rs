@@ -17,6 +17,8 @@ pub struct Usage {
     pub waited_total: Nanos,
     pub waiting: usize,
     pub holding: bool,
+    /// Its processes' demand estimates, added up ([`Scheduler::client_demand`]).
+    pub demand: f64,
 }
 
 /// What one process got and waited for, for accounting: running totals since it attached.
@@ -120,6 +122,7 @@ impl Scheduler {
             waited_total: c.waited_total + waiting_now,
             waiting: c.waiting.len(),
             holding: self.holds(id),
+            demand: self.client_demand(id),
         })
     }
 }

@@ -1,6 +1,8 @@
 //! What the state reports: clients with their live usage, and the usage of each process.
 
 use super::*;
+use crate::api;
+use crate::scheduler::LeaseMode;
 
 /// A client as reported over D-Bus and by the CLI.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -55,6 +57,9 @@ pub struct ClientDeviceReport {
     pub holding: bool,
     /// Its processes waiting for a lease there.
     pub waiting: u32,
+    /// The demand estimates of its processes that hold or wait for a lease there, added up (0
+    /// where leases do not overlap by demand).
+    pub demand: f64,
 }
 
 impl State {
@@ -109,6 +114,7 @@ impl State {
                         share_used: u.share,
                         holding: u.holding,
                         waiting: u.waiting as u32,
+                        demand: u.demand,
                     },
                 );
             }
@@ -122,10 +128,28 @@ impl State {
                     share_used: 0.0,
                     holding: false,
                     waiting: 0,
+                    demand: 0.0,
                 })
                 .memory_used = bytes;
         }
         by_device.into_values().collect()
+    }
+
+    /// How leases run now on the GPU of `uuid` (NVML's text form), in the words of
+    /// [`api::Device::leases`]: the scheduler's mode, "mps" for concurrent leases while clients
+    /// are handed MPS. A GPU no request named yet has the mode leases would start in there.
+    pub fn leases(&self, uuid: &str) -> &'static str {
+        let mode = match DeviceId::parse(uuid) {
+            Some(device) => self.sched.lease_mode(device, self.now()),
+            None => self.sched.starting_lease_mode(),
+        };
+        match mode {
+            LeaseMode::OneAtATime => api::Device::ONE_AT_A_TIME,
+            LeaseMode::Concurrent if self.mps_pipe_dir.is_some() => api::Device::MPS,
+            LeaseMode::Concurrent => api::Device::CONCURRENT,
+            LeaseMode::Together => api::Device::TOGETHER,
+            LeaseMode::Turns => api::Device::TURNS,
+        }
     }
 
     pub fn reports(&self) -> Vec<ClientReport> {

@@ -420,3 +420,40 @@ fn usage_read_while_fair_share_is_off_weighs_nothing() {
     s.set_fair_usage(Some([("a".to_string(), 300e9)].into_iter().collect()));
     assert_eq!(s.fair_factor("a"), 1.0);
 }
+
+/// How leases run on a GPU, in the words of the status document, and a client's demand there:
+/// the scheduler's estimate with overlap by demand (the default), none under MPS.
+#[test]
+fn lease_modes_and_demands_are_reported_in_the_documents_words() {
+    let gpu0 = GPU0.to_string();
+    let (mut s, _rx) = state("[clients.a]\nusers=[\"*\"]\n");
+    assert_eq!(s.leases(&gpu0), "together", "before any request");
+    assert_eq!(s.leases("not a UUID"), "together");
+    let (ta, _ra) = mpsc::unbounded_channel();
+    let (a, _) = s.attach(&user(1, "u"), 1, "a", &[], ta).unwrap();
+    s.acquire(a, GPU0);
+    assert_eq!(s.leases(&gpu0), "together");
+    let r = s.report("a").unwrap();
+    assert_eq!(
+        r.devices[0].demand,
+        crate::scheduler::demand::INITIAL_DEMAND
+    );
+    s.release(a, GPU0, 0);
+    assert_eq!(s.report("a").unwrap().devices[0].demand, 0.0, "idle");
+
+    let (mut s, _rx) = state("[gpu]\nmps = true\n[clients.a]\nusers=[\"*\"]\n");
+    assert_eq!(s.leases(&gpu0), "concurrent", "MPS not handed to clients");
+    s.mps_pipe_dir = Some("/run/gpushare/mps".into());
+    assert_eq!(s.leases(&gpu0), "mps");
+    let (ta, _ra) = mpsc::unbounded_channel();
+    let (a, _) = s.attach(&user(1, "u"), 1, "a", &[], ta).unwrap();
+    s.acquire(a, GPU0);
+    let r = s.report("a").unwrap();
+    assert!(r.devices[0].holding);
+    assert_eq!(r.devices[0].demand, 0.0, "no estimate under MPS");
+
+    let (s, _rx) = state("[daemon]\nconcurrent_leases = 1\n");
+    assert_eq!(s.leases(&gpu0), "one-at-a-time");
+    let (s, _rx) = state("[daemon]\nconcurrent_leases = 3\n");
+    assert_eq!(s.leases(&gpu0), "concurrent");
+}
