@@ -30,7 +30,7 @@ for c in a b; do
   env $hook GPUSHARE_CLIENT=$c python3 bench/share/kernel_job.py $c --shape 1,2560 --sync 1 --until $until > $W/kernel.$c 2>&1 &
   pids+=($!)
 done
-for s in 6 11; do sleep 5; st --json > $W/status.kernels.$s.json; st > $W/status.kernels.$s.txt; done
+for s in 9 13; do sleep $((s == 9 ? 9 : 4)); st --json > $W/status.kernels.$s.json; st > $W/status.kernels.$s.txt; done
 wait "${pids[@]}"
 sleep 3; st --json > $W/status.idle.json; st > $W/status.idle.txt
 pids=()
