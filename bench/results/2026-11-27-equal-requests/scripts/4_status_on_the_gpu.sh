@@ -3,7 +3,7 @@
 # settings untouched): two clients of request 0.5, first each running a loop of 50 us kernels
 # synchronizing after each (they take turns), then each a launch-bound MLP training job (they run
 # together); the status as JSON and as text a few seconds into each (the MLP jobs take about
-# 6 s to start), and after.
+# 12 s to start their steps), and after.
 set -u
 B=$PWD/.devbase; W=/tmp/w; rm -rf $W; mkdir -p $W/run
 for f in $B/head/*.xz; do [ -e "${f%.xz}" ] || xz -dk "$f"; chmod +x "${f%.xz}"; done
@@ -38,7 +38,7 @@ for c in a b; do
   env $hook GPUSHARE_CLIENT=$c timeout 60 python3 bench/throughput/mnist_job.py $c --steps 20000 > $W/mlp.$c 2>&1 &
   pids+=($!)
 done
-for s in 12 18; do sleep 6; st --json > $W/status.mlp.$s.json; st > $W/status.mlp.$s.txt; done
+for s in 20 28; do sleep $((s == 20 ? 20 : 8)); st --json > $W/status.mlp.$s.json; st > $W/status.mlp.$s.txt; done
 wait "${pids[@]}"
 kill $D; wait $D
 xz -T4 $W/gpushared.log; tar czf $OUT/r4.tgz -C $W .
