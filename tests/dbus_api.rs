@@ -627,7 +627,7 @@ fn lease_modes_and_demands_are_read_over_the_bus() {
     drop(p);
     drop(d);
 
-    let d = Daemon::builder()
+    let mut d = Daemon::builder()
         .fake_gpu(FakeGpu::new("count 1\n"))
         .bus(&bus)
         .config(CONFIG)
@@ -645,6 +645,8 @@ fn lease_modes_and_demands_are_read_over_the_bus() {
     wait_for("leases under MPS", Duration::from_secs(10), || {
         leases() == "s \"mps\""
     });
+    // stopped as systemd stops it: the daemon tells its MPS control daemon to quit
+    assert!(d.stop().success());
 }
 
 /// The next item of a stream.
