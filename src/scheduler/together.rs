@@ -103,7 +103,7 @@ struct Window {
     start: Nanos,
     counts_from: Nanos,
     due: Nanos,
-    /// When it ended (while it runs: the latest report or tick).
+    /// When it ended (`counts_from` while it runs).
     end: Nanos,
     progress: BTreeMap<SessionId, Progress>,
 }
@@ -212,7 +212,6 @@ impl Trials {
         let Some(w) = self.window.as_mut() else {
             return;
         };
-        w.end = w.end.max(now);
         let span = now.saturating_sub(from);
         let start = from.max(w.counts_from);
         let end = now;
@@ -239,18 +238,16 @@ impl Trials {
     pub fn tick(&mut self, now: Nanos, active: usize, quantum: Nanos) {
         if active >= 2 {
             let since = match self.contended {
-                Some((since, last)) if now.saturating_sub(last) <= FORGET_AFTER => since,
+                Some((since, _)) if !self.lapsed(now) => since,
                 _ => {
                     self.restart(now);
                     now
                 }
             };
             self.contended = Some((since, now));
-        } else if let Some((_, last)) = self.contended {
-            if now.saturating_sub(last) > FORGET_AFTER {
-                self.contended = None;
-                self.restart(now);
-            }
+        } else if self.lapsed(now) {
+            self.contended = None;
+            self.restart(now);
         }
         if self.contended.is_none() {
             return;
@@ -278,10 +275,7 @@ impl Trials {
                 };
                 self.window = Some(Window::new(mode, now, settle, length));
             }
-            Some(mut w) => {
-                w.end = w.end.max(now);
-                self.window = Some(w);
-            }
+            Some(w) => self.window = Some(w),
         }
     }
 
