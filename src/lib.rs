@@ -22,6 +22,10 @@ pub mod logging;
 #[cfg(feature = "daemon")]
 pub mod manpages;
 #[cfg(feature = "daemon")]
+pub mod referee;
+#[cfg(feature = "daemon")]
 pub mod scheduler;
+#[cfg(feature = "daemon")]
+pub mod simulation;
 #[cfg(feature = "daemon")]
 pub mod units;

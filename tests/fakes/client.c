@@ -13,7 +13,8 @@
  *   threads:T:N     T threads, each launching N kernels of 1 ms
  *   gpu_threads:T:N  likewise, thread i on device i (its primary context made current)
  *   run:MS:NS:SYNC:GAP  kernels of NS ns for MS ms, a cuCtxSynchronize after every SYNC of them
- *                   (0: only at the end) and GAP us of host work after each -> "run K kernels"
+ *                   (0: only at the end) and GAP us of host work after each -> "run K kernels -> R
+ *                   from=T0 to=T1" (CLOCK_MONOTONIC ns when it began and stopped launching)
  *                   (with SYNC 1, also the median and 99th percentile of launch-to-done in us)
  *   burst:MS:NS:N:GAP  for MS ms: N kernels of NS ns back to back, then GAP us of host work,
  *                   never synchronizing but at the end -> "burst K kernels"
@@ -388,8 +389,12 @@ static void run(const char *op) {
       }
       if (d) usleep(d);
     }
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     cu.sync();
-    printf("run %llu kernels -> %d", k, r);
+    printf("run %llu kernels -> %d from=%llu to=%llu", k, r,
+           (unsigned long long)t0.tv_sec * 1000000000ull + (unsigned long long)t0.tv_nsec,
+           (unsigned long long)t1.tv_sec * 1000000000ull + (unsigned long long)t1.tv_nsec);
     if (c == 1 && k) {
       unsigned long long n = k < (1 << 16) ? k : (1 << 16);
       qsort(lat, n, sizeof lat[0], cmp_ll);

@@ -1,0 +1,179 @@
+//! The simulated GPU: one context per process, each with the GPU time of the work it queued
+//! (as a fluid: kernels are preempted at the ends of time slices, as compute preemption does),
+//! and the driver's time-slicing between the contexts that have work: the current one runs until
+//! its slice ends or its queue empties, then the next with work in round-robin order takes the
+//! GPU, after a context switch.
+
+use crate::scheduler::Nanos;
+
+/// The driver's time slice between contexts with work queued.
+pub const TIMESLICE_NS: Nanos = 2_000_000;
+/// The GPU time a switch to another context costs (nobody's work runs meanwhile).
+pub const SWITCH_NS: Nanos = 50_000;
+
+#[derive(Debug, Default, Clone)]
+struct Context {
+    /// GPU time of the work queued and not yet run.
+    pending: Nanos,
+    /// GPU time its work ran, in all.
+    ran: Nanos,
+    /// Time it had work queued (running or waiting for its turn), in all.
+    pending_time: Nanos,
+    /// Wake its process once `pending` falls to this while it runs.
+    watch: Option<Nanos>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Gpu {
+    ctxs: Vec<Context>,
+    /// The context running, the end of its slice, and until when a switch to it lasts.
+    current: Option<usize>,
+    slice_end: Nanos,
+    switched_at: Nanos,
+    now: Nanos,
+}
+
+impl Gpu {
+    pub fn new(contexts: usize) -> Self {
+        Gpu {
+            ctxs: vec![Context::default(); contexts],
+            current: None,
+            slice_end: 0,
+            switched_at: 0,
+            now: 0,
+        }
+    }
+
+    pub fn enqueue(&mut self, ctx: usize, ns: Nanos) {
+        self.ctxs[ctx].pending += ns;
+    }
+
+    pub fn pending(&self, ctx: usize) -> Nanos {
+        self.ctxs[ctx].pending
+    }
+
+    pub fn ran(&self, ctx: usize) -> Nanos {
+        self.ctxs[ctx].ran
+    }
+
+    pub fn pending_time(&self, ctx: usize) -> Nanos {
+        self.ctxs[ctx].pending_time
+    }
+
+    /// Wake the process of `ctx` when its queue falls to `level` (`None`: no wake).
+    pub fn watch(&mut self, ctx: usize, level: Option<Nanos>) {
+        self.ctxs[ctx].watch = level;
+    }
+
+    /// The next context with work after `from`, round-robin.
+    fn next_with_work(&self, from: Option<usize>) -> Option<usize> {
+        let n = self.ctxs.len();
+        let start = from.map_or(0, |c| c + 1);
+        (0..n)
+            .map(|i| (start + i) % n)
+            .find(|&c| self.ctxs[c].pending > 0)
+    }
+
+    /// Picks the context to run at `self.now` if the current one is done or out of its slice.
+    fn schedule(&mut self) {
+        let keep = self.current.filter(|&c| {
+            self.ctxs[c].pending > 0
+                && (self.now < self.slice_end || self.next_with_work(Some(c)) == Some(c))
+        });
+        if keep.is_some() {
+            if self.now >= self.slice_end {
+                self.slice_end = self.now + TIMESLICE_NS;
+            }
+            return;
+        }
+        let next = self.next_with_work(self.current);
+        if next.is_some() && next != self.current {
+            self.switched_at = self.now + SWITCH_NS;
+        } else if next.is_some() {
+            self.switched_at = self.now;
+        }
+        self.current = next;
+        self.slice_end = self.now + TIMESLICE_NS;
+    }
+
+    /// Runs the GPU up to `to`.
+    pub fn advance(&mut self, to: Nanos) {
+        while self.now < to {
+            self.schedule();
+            let Some(c) = self.current else {
+                self.now = to;
+                return;
+            };
+            let until = self.step_end(c).min(to);
+            let from = self.now;
+            let running_from = self.switched_at.max(from).min(until);
+            let ran = (until - running_from).min(self.ctxs[c].pending);
+            for ctx in self.ctxs.iter_mut().filter(|x| x.pending > 0) {
+                ctx.pending_time += until - from;
+            }
+            let ctx = &mut self.ctxs[c];
+            ctx.pending -= ran;
+            ctx.ran += ran;
+            self.now = until;
+        }
+    }
+
+    /// When the running context `c` next changes state: its queue empties or reaches its watch
+    /// level, or its slice ends.
+    fn step_end(&self, c: usize) -> Nanos {
+        let ctx = &self.ctxs[c];
+        let start = self.switched_at.max(self.now);
+        let mut end = start + ctx.pending;
+        if let Some(level) = ctx.watch.filter(|&l| l < ctx.pending) {
+            end = end.min(start + ctx.pending - level);
+        }
+        end.min(self.slice_end.max(self.now + 1))
+    }
+
+    /// When something next happens on the GPU (a queue empties, a watch level is reached, a
+    /// slice ends), if anything runs.
+    pub fn next_event(&mut self) -> Option<Nanos> {
+        self.schedule();
+        self.current.map(|c| self.step_end(c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_context_runs_its_work_back_to_back() {
+        let mut g = Gpu::new(2);
+        g.enqueue(0, 5_000_000);
+        g.advance(3_000_000);
+        assert_eq!(g.ran(0), 3_000_000 - SWITCH_NS);
+        g.advance(10_000_000);
+        assert_eq!(g.ran(0), 5_000_000);
+        assert_eq!(g.pending(0), 0);
+    }
+
+    #[test]
+    fn contexts_with_work_take_equal_slices() {
+        let mut g = Gpu::new(2);
+        g.enqueue(0, 100_000_000);
+        g.enqueue(1, 100_000_000);
+        g.advance(100_000_000);
+        let (a, b) = (g.ran(0) as f64, g.ran(1) as f64);
+        assert!((a - b).abs() / a < 0.05, "{a} {b}");
+        assert!(
+            a + b > 0.95 * 100_000_000.0,
+            "switches cost {}",
+            1e8 - a - b
+        );
+        assert_eq!(g.pending_time(0), 100_000_000);
+    }
+
+    #[test]
+    fn a_watch_level_is_an_event() {
+        let mut g = Gpu::new(1);
+        g.enqueue(0, 10_000_000);
+        g.watch(0, Some(9_000_000));
+        assert_eq!(g.next_event(), Some(SWITCH_NS + 1_000_000));
+    }
+}

@@ -1,0 +1,308 @@
+//! A deterministic simulation of a lab's GPU under the scheduler: processes of several clients
+//! running their loops ([`process`]) under the hook's rules, a GPU that time-slices between
+//! their contexts as the driver does ([`gpu`]), and the scheduler itself, driven on one
+//! simulated clock from a [`Scenario`] ([`scenario`] draws one from a seed). Every window, what
+//! each client got (its processes' GPU time) is set beside what it was due
+//! ([`referee`](crate::referee)) and what the scheduler charged it.
+//!
+//! Nothing here reads a clock or a random source of its own: a scenario replays exactly.
+
+pub mod gpu;
+pub mod process;
+pub mod scenario;
+
+use crate::referee::Observed;
+use crate::scheduler::{ClientId, Nanos, Scheduler, SessionId, Shares};
+use gpu::Gpu;
+use process::{Ask, HookRules, Process, Workload};
+
+pub use scenario::Scenario;
+
+/// The daemon's defaults: a lease's quantum, its grace, the hook's queue.
+pub const QUANTUM_NS: Nanos = 20_000_000;
+pub const GRACE_NS: Nanos = 50_000_000;
+pub const QUEUE_AHEAD_NS: Nanos = 2_000_000;
+/// How long a judged window lasts.
+pub const WINDOW_NS: Nanos = 2_000_000_000;
+
+/// A client of a scenario: its shares and its processes' loops.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientSpec {
+    pub shares: Shares,
+    pub processes: Vec<Workload>,
+}
+
+/// A change of a client's shares at a moment of the run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareChange {
+    pub at: Nanos,
+    pub client: usize,
+    pub shares: Shares,
+}
+
+/// One window of a run: each client as observed, and how long after the last change it began.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub t0: Nanos,
+    pub t1: Nanos,
+    pub since_change: Nanos,
+    pub clients: Vec<Observed>,
+}
+
+/// What a run gave: its windows, each process's step latencies (for those with a period), and
+/// the GPU time every process got.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub windows: Vec<Window>,
+    pub latencies: Vec<Vec<Nanos>>,
+    pub ran: Vec<Nanos>,
+}
+
+/// The fraction of the GPU `work` keeps busy alone, without the hook, while it runs.
+pub fn solo_busy(work: &Workload) -> f64 {
+    let span = (work.end - work.start).min(5_000_000_000);
+    let mut alone = Workload {
+        start: 0,
+        end: span,
+        ..*work
+    };
+    alone.start = 0;
+    let mut gpu = Gpu::new(1);
+    let mut p = Process::ungated(0, alone);
+    let mut now = 0;
+    while now < span {
+        gpu.advance(now);
+        let (_, wake) = p.act(now, &mut gpu);
+        let next = [wake, gpu.next_event()].into_iter().flatten().min();
+        now = next
+            .filter(|&t| t > now)
+            .unwrap_or(now + 1_000_000)
+            .min(span);
+    }
+    gpu.advance(span);
+    gpu.ran(0) as f64 / span as f64
+}
+
+/// Runs `scenario` to its end.
+pub fn run(scenario: &Scenario) -> Outcome {
+    let mut sched = Scheduler::new(QUANTUM_NS, 0);
+    sched.set_grace(GRACE_NS);
+    sched.set_slots(usize::MAX, true);
+    let mut shares: Vec<Shares> = scenario.clients.iter().map(|c| c.shares).collect();
+    for (i, s) in shares.iter().enumerate() {
+        sched.set_client(client_id(i), *s, 0);
+    }
+    let mut procs = Vec::new();
+    let mut owner = Vec::new();
+    for (i, c) in scenario.clients.iter().enumerate() {
+        for w in &c.processes {
+            let rules = HookRules {
+                queue_ahead_ns: QUEUE_AHEAD_NS,
+                interactive: c.shares.interactive,
+            };
+            procs.push(Process::new(procs.len(), *w, rules));
+            owner.push(i);
+        }
+    }
+    let solo: Vec<f64> = procs.iter().map(|p| solo_busy(&p.work)).collect();
+    let mut gpu = Gpu::new(procs.len());
+    let mut gone = vec![false; procs.len()];
+    let mut wakes: Vec<Option<Nanos>> = vec![Some(0); procs.len()];
+    let mut changes: Vec<Nanos> = procs
+        .iter()
+        .flat_map(|p| [p.work.start, p.work.end])
+        .chain(scenario.changes.iter().map(|c| c.at))
+        .chain([0])
+        .collect();
+    changes.sort_unstable();
+    let mut share_changes = scenario.changes.clone();
+    share_changes.sort_by_key(|c| c.at);
+    let mut next_change = 0;
+
+    let mut windows = Vec::new();
+    let mut window_start = 0;
+    let mut ran_at_start = vec![0; procs.len()];
+    let mut charged_at_start = vec![0; shares.len()];
+    let mut now = 0;
+    let mut stuck = 0;
+    let trace = cfg!(test) && std::env::var_os("SIM_TRACE").is_some();
+    let mut told = vec![false; procs.len()];
+    let mut last_pending = vec![Nanos::MAX; procs.len()];
+    while now < scenario.duration {
+        gpu.advance(now);
+        while next_change < share_changes.len() && share_changes[next_change].at <= now {
+            let c = share_changes[next_change];
+            shares[c.client] = c.shares;
+            sched.set_client(client_id(c.client), c.shares, now);
+            next_change += 1;
+        }
+        if now >= window_start + WINDOW_NS {
+            let t1 = window_start + WINDOW_NS;
+            let since = changes
+                .iter()
+                .rev()
+                .find(|&&c| c <= window_start)
+                .map_or(window_start, |&c| window_start - c);
+            let clients = (0..shares.len())
+                .map(|i| {
+                    let mine = (0..procs.len()).filter(|&p| owner[p] == i);
+                    let got: Nanos = mine.clone().map(|p| gpu.ran(p) - ran_at_start[p]).sum();
+                    let demand: f64 = mine
+                        .map(|p| {
+                            let w = &procs[p].work;
+                            let alive = t1.min(w.end).saturating_sub(window_start.max(w.start));
+                            solo[p] * alive as f64 / WINDOW_NS as f64
+                        })
+                        .sum();
+                    let charged = charged(&sched, i, now);
+                    Observed {
+                        shares: shares[i],
+                        demand,
+                        got: got as f64 / WINDOW_NS as f64,
+                        used: Some((charged - charged_at_start[i]) as f64 / WINDOW_NS as f64),
+                    }
+                })
+                .collect();
+            windows.push(Window {
+                t0: window_start,
+                t1,
+                since_change: since,
+                clients,
+            });
+            window_start = t1;
+            for p in 0..procs.len() {
+                ran_at_start[p] = gpu.ran(p);
+            }
+            for (i, c) in charged_at_start.iter_mut().enumerate() {
+                *c = charged(&sched, i, now);
+            }
+        }
+        // everyone acts until nobody has anything more to say
+        loop {
+            let mut said = false;
+            for p in 0..procs.len() {
+                // a process acts when its wake-up came, the daemon told it something, or its
+                // queue moved
+                let stirred = wakes[p].is_some_and(|t| t <= now)
+                    || told[p]
+                    || gpu.pending(p) != last_pending[p]
+                    || now >= procs[p].work.end;
+                if gone[p] || !stirred {
+                    continue;
+                }
+                told[p] = false;
+                let (session, client) = (session_id(p), client_id(owner[p]));
+                if now >= procs[p].work.end && gpu.pending(p) == 0 && !procs[p].holding() {
+                    sched.session_gone(session, now);
+                    gone[p] = true;
+                    wakes[p] = None;
+                    said = true;
+                    continue;
+                }
+                loop {
+                    let (ask, wake) = procs[p].act(now, &mut gpu);
+                    wakes[p] = wake;
+                    last_pending[p] = gpu.pending(p);
+                    let Some(ask) = ask else { break };
+                    said = true;
+                    if trace && now < 30_000_000 {
+                        eprintln!("{:>9.3}ms p{p} {ask:?}", now as f64 / 1e6);
+                    }
+                    match ask {
+                        Ask::Acquire => sched.acquire(client, session, now),
+                        Ask::Release {
+                            busy,
+                            launches,
+                            again,
+                        } => {
+                            sched.launched(session, launches, now);
+                            sched.release(session, busy, now);
+                            if again {
+                                sched.acquire(client, session, now);
+                            }
+                        }
+                        Ask::Extend { launches } => {
+                            sched.launched(session, launches, now);
+                            if let Some(g) = sched.extend(session, now) {
+                                procs[p].granted(now, g.lease_ns, g.tight, &gpu);
+                            }
+                            told[p] = true;
+                        }
+                    }
+                }
+            }
+            while let Some(g) = sched.poll(now) {
+                let p = (g.session - 1) as usize;
+                if trace && now < 30_000_000 {
+                    eprintln!("{:>9.3}ms p{p} granted {g:?}", now as f64 / 1e6);
+                }
+                procs[p].granted(now, g.lease_ns, g.tight, &gpu);
+                told[p] = true;
+                said = true;
+            }
+            for s in sched.take_revoked() {
+                procs[(s - 1) as usize].revoked(now);
+                told[(s - 1) as usize] = true;
+                said = true;
+            }
+            sched.take_joined();
+            if !said {
+                break;
+            }
+        }
+        if trace && now < 30_000_000 {
+            eprintln!(
+                "{:>9.3}ms pending {:?} wakes {:?} gpu {:?}",
+                now as f64 / 1e6,
+                (0..procs.len()).map(|p| gpu.pending(p)).collect::<Vec<_>>(),
+                wakes,
+                gpu.next_event()
+            );
+        }
+        let next = wakes
+            .iter()
+            .flatten()
+            .copied()
+            .chain(gpu.next_event())
+            .chain(sched.next_wakeup(now))
+            .chain([window_start + WINDOW_NS, scenario.duration])
+            .chain(changes.iter().copied().find(|&c| c > now))
+            .min()
+            .unwrap_or(scenario.duration);
+        if next <= now + 10 {
+            stuck += 1;
+            if stuck > 1000 && cfg!(test) {
+                panic!(
+                    "stuck at {now}: wakes {wakes:?} gpu {:?} sched {:?}",
+                    gpu.next_event(),
+                    sched.next_wakeup(now)
+                );
+            }
+        } else {
+            stuck = 0;
+        }
+        now = next.max(now + 1);
+    }
+    Outcome {
+        windows,
+        latencies: procs.iter().map(|p| p.latencies.clone()).collect(),
+        ran: (0..procs.len()).map(|p| gpu.ran(p)).collect(),
+    }
+}
+
+fn client_id(i: usize) -> ClientId {
+    i as ClientId + 1
+}
+
+fn session_id(p: usize) -> SessionId {
+    p as SessionId + 1
+}
+
+fn charged(sched: &Scheduler, client: usize, now: Nanos) -> Nanos {
+    sched
+        .usage(client_id(client), now)
+        .map_or(0, |u| u.charged_total)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,346 @@
+//! A simulated process: a program's loop of GPU work and host work ([`Workload`]), under the
+//! hook's rules for leases (as `libgpushare.so` keeps them): it launches only while it holds a
+//! lease that has not ended or been revoked, keeps a bounded queue, asks a quarter of a lease
+//! before its end to extend it while it uses it, drains its queue before it gives a lease back,
+//! gives back a revoked lease at once, a lease past its end once it left the GPU, and an
+//! interactive client's lease as soon as it is idle.
+
+use super::gpu::Gpu;
+use crate::scheduler::Nanos;
+
+/// What a program does, over and over from `start` to `end`: a *step* of `kernels` kernels of
+/// `kernel_ns` each (launched at `launch_ns` of host time each, or all at once as one CUDA
+/// graph), then, if `sync`, it waits for them, then `host_ns` of host work. With `period_ns`,
+/// a step begins every period instead (an inference service), and how long each took from its
+/// start to its work done is recorded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Workload {
+    pub kernel_ns: Nanos,
+    pub kernels: u32,
+    pub launch_ns: Nanos,
+    pub graph: bool,
+    pub sync: bool,
+    pub host_ns: Nanos,
+    pub period_ns: Option<Nanos>,
+    pub start: Nanos,
+    pub end: Nanos,
+}
+
+/// How the hook keeps its leases (the daemon's configuration as the hook gets it).
+#[derive(Debug, Clone, Copy)]
+pub struct HookRules {
+    pub queue_ahead_ns: Nanos,
+    pub interactive: bool,
+}
+
+/// How long after a revocation the hook gives the lease back if no launch did.
+const REVOKE_SLACK_NS: Nanos = 200_000;
+/// An interactive process idle this long gives its lease back.
+const INTERACTIVE_IDLE_NS: Nanos = 500_000;
+/// A lease past its end is given back once its process left the GPU this long.
+const QUIET_NS: Nanos = 1_000_000;
+/// A tight lease (an interactive client active) keeps a queue this much shorter.
+const TIGHT_DIVISOR: Nanos = 4;
+
+/// What a process asks of the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    Acquire,
+    /// Give the lease back (its busy time and launches), and ask again if `again`.
+    Release {
+        busy: Nanos,
+        launches: u64,
+        again: bool,
+    },
+    /// Extend the lease (its launches so far).
+    Extend {
+        launches: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    granted_at: Nanos,
+    deadline: Nanos,
+    revoked_at: Option<Nanos>,
+    tight: bool,
+    asked_ahead: bool,
+    /// The context's pending time when it was granted.
+    pending_time_at: Nanos,
+}
+
+#[derive(Debug, Clone)]
+pub struct Process {
+    pub ctx: usize,
+    pub work: Workload,
+    rules: HookRules,
+    held: Option<Held>,
+    asked: bool,
+    /// Kernels still to launch in the step under way.
+    step_left: u32,
+    step_started: Nanos,
+    /// Host busy until then.
+    ready_at: Nanos,
+    waiting_sync: bool,
+    launches: u64,
+    last_launch: Nanos,
+    /// When its queue last emptied (it left the GPU) and it launched nothing since.
+    idle_since: Option<Nanos>,
+    /// Steps done, and each step's time from start to done (with `period_ns`).
+    pub steps: u64,
+    pub latencies: Vec<Nanos>,
+}
+
+impl Process {
+    pub fn new(ctx: usize, work: Workload, rules: HookRules) -> Self {
+        Process {
+            ctx,
+            work,
+            rules,
+            held: None,
+            asked: false,
+            step_left: 0,
+            step_started: work.start,
+            ready_at: work.start,
+            waiting_sync: false,
+            launches: 0,
+            last_launch: 0,
+            idle_since: Some(0),
+            steps: 0,
+            latencies: Vec::new(),
+        }
+    }
+
+    /// A process without the hook: it launches whenever its loop does, its queue unbounded.
+    pub fn ungated(ctx: usize, work: Workload) -> Self {
+        let rules = HookRules {
+            queue_ahead_ns: 1_000_000_000,
+            interactive: false,
+        };
+        let mut p = Process::new(ctx, work, rules);
+        p.held = Some(Held {
+            granted_at: 0,
+            deadline: Nanos::MAX / 2,
+            revoked_at: None,
+            tight: false,
+            asked_ahead: true,
+            pending_time_at: 0,
+        });
+        p
+    }
+
+    pub fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The daemon granted a lease of `lease_ns` (or extended the one held).
+    pub fn granted(&mut self, now: Nanos, lease_ns: Nanos, tight: bool, gpu: &Gpu) {
+        self.asked = false;
+        // idle counts from the grant: the launch that waited for it comes now
+        if self.idle_since.is_some() {
+            self.idle_since = Some(now);
+        }
+        let pending_time_at = match self.held {
+            Some(h) => h.pending_time_at,
+            None => gpu.pending_time(self.ctx),
+        };
+        self.held = Some(Held {
+            granted_at: now,
+            deadline: now + lease_ns,
+            revoked_at: None,
+            tight,
+            asked_ahead: false,
+            pending_time_at,
+        });
+    }
+
+    /// The daemon revoked the lease held.
+    pub fn revoked(&mut self, now: Nanos) {
+        if let Some(h) = &mut self.held {
+            h.revoked_at.get_or_insert(now);
+        }
+    }
+
+    fn queue_bound(&self) -> Nanos {
+        let tight = self.held.is_some_and(|h| h.tight);
+        let ahead = if tight {
+            self.rules.queue_ahead_ns / TIGHT_DIVISOR
+        } else {
+            self.rules.queue_ahead_ns
+        };
+        ahead.max(self.work.kernel_ns.min(self.rules.queue_ahead_ns))
+    }
+
+    fn alive(&self, now: Nanos) -> bool {
+        now >= self.work.start && now < self.work.end
+    }
+
+    /// Gives the held lease back: what it kept the GPU busy, and its launches.
+    fn release(&mut self, gpu: &Gpu, again: bool) -> Ask {
+        let h = self.held.take().expect("a lease to release");
+        let busy = gpu.pending_time(self.ctx) - h.pending_time_at;
+        self.asked = again;
+        Ask::Release {
+            busy,
+            launches: std::mem::take(&mut self.launches),
+            again,
+        }
+    }
+
+    /// Acts at `now`: returns what it asks of the daemon (at most one thing; call again after
+    /// the answer), and sets the GPU watch and its own next wake-up.
+    pub fn act(&mut self, now: Nanos, gpu: &mut Gpu) -> (Option<Ask>, Option<Nanos>) {
+        let pending = gpu.pending(self.ctx);
+        if pending > 0 {
+            self.idle_since = None;
+        } else if self.idle_since.is_none() {
+            self.idle_since = Some(now);
+        }
+        gpu.watch(self.ctx, None);
+        // the lease thread
+        if let Some(h) = self.held {
+            let idle = self.idle_since.map(|t| now - t);
+            if let Some(at) = h.revoked_at {
+                if pending == 0 && now >= at + REVOKE_SLACK_NS {
+                    let again = self.wants_gpu(now);
+                    return (Some(self.release(gpu, again)), None);
+                }
+            } else if self.rules.interactive && idle.is_some_and(|t| t >= INTERACTIVE_IDLE_NS) {
+                return (Some(self.release(gpu, false)), None);
+            } else if now >= h.deadline + (h.deadline - h.granted_at) / 4
+                && idle.is_some_and(|t| t >= QUIET_NS)
+            {
+                return (Some(self.release(gpu, false)), None);
+            }
+            let left = h.deadline.saturating_sub(now);
+            let used = pending > 0 || now.saturating_sub(self.last_launch) < QUIET_NS;
+            if left > 0
+                && left <= (h.deadline - h.granted_at) / 4
+                && !h.asked_ahead
+                && !self.rules.interactive
+                && h.revoked_at.is_none()
+                && used
+            {
+                if let Some(h) = &mut self.held {
+                    h.asked_ahead = true;
+                }
+                return (
+                    Some(Ask::Extend {
+                        launches: std::mem::take(&mut self.launches),
+                    }),
+                    None,
+                );
+            }
+        }
+        let lease_wake = self.held.map(|h| match h.revoked_at {
+            Some(at) => at + REVOKE_SLACK_NS,
+            None if h.asked_ahead => h.deadline + (h.deadline - h.granted_at) / 4 + QUIET_NS,
+            None => h.deadline - (h.deadline - h.granted_at) / 4,
+        });
+        let idle_wakes = self.idle_since.map_or([None, None], |t| {
+            [Some(t + INTERACTIVE_IDLE_NS), Some(t + QUIET_NS)]
+        });
+        // the earliest of the moments still ahead
+        let wake = |app: Option<Nanos>| {
+            [app, lease_wake]
+                .into_iter()
+                .chain(idle_wakes)
+                .flatten()
+                .filter(|&t| t > now)
+                .min()
+        };
+        // the program
+        if !self.alive(now) {
+            let app = (now < self.work.start).then_some(self.work.start);
+            return (None, wake(app));
+        }
+        if self.waiting_sync {
+            if pending > 0 {
+                gpu.watch(self.ctx, Some(0));
+                return (None, wake(None));
+            }
+            self.waiting_sync = false;
+            self.step_done(now);
+        }
+        if now < self.ready_at {
+            return (None, wake(Some(self.ready_at)));
+        }
+        if self.step_left == 0 {
+            self.step_left = self.work.kernels.max(1);
+            self.step_started = now;
+        }
+        // a launch: through the gate
+        let Some(h) = self.held else {
+            if self.asked {
+                return (None, wake(None));
+            }
+            self.asked = true;
+            return (Some(Ask::Acquire), None);
+        };
+        if h.revoked_at.is_some() || now >= h.deadline {
+            if h.revoked_at.is_none() && !h.asked_ahead {
+                if let Some(h) = &mut self.held {
+                    h.asked_ahead = true;
+                }
+                let launches = std::mem::take(&mut self.launches);
+                return (Some(Ask::Extend { launches }), None);
+            }
+            if pending > 0 {
+                gpu.watch(self.ctx, Some(0));
+                return (None, wake(None));
+            }
+            return (Some(self.release(gpu, true)), None);
+        }
+        let bound = self.queue_bound();
+        if pending >= bound {
+            gpu.watch(self.ctx, Some(bound.saturating_sub(self.work.kernel_ns)));
+            return (None, wake(None));
+        }
+        let room = (bound - pending).div_ceil(self.work.kernel_ns.max(1));
+        let n = if self.work.graph {
+            self.step_left
+        } else {
+            (room.min(u64::from(self.step_left)) as u32).max(1)
+        };
+        gpu.enqueue(self.ctx, u64::from(n) * self.work.kernel_ns);
+        self.launches += u64::from(n);
+        self.last_launch = now;
+        self.idle_since = None;
+        self.step_left -= n;
+        let launch_cost = if self.work.graph {
+            self.work.launch_ns
+        } else {
+            u64::from(n) * self.work.launch_ns
+        };
+        self.ready_at = now + launch_cost.max(1);
+        if self.step_left == 0 {
+            if self.work.sync {
+                self.waiting_sync = true;
+            } else {
+                self.step_done(self.ready_at);
+            }
+        }
+        (None, wake(Some(self.ready_at)))
+    }
+
+    fn step_done(&mut self, now: Nanos) {
+        self.steps += 1;
+        match self.work.period_ns {
+            Some(p) => {
+                self.latencies.push(now - self.step_started);
+                let next = self.step_started + p;
+                self.ready_at = if next > now {
+                    next
+                } else {
+                    now + self.work.host_ns
+                };
+            }
+            None => self.ready_at = self.ready_at.max(now) + self.work.host_ns,
+        }
+    }
+
+    /// Whether it has GPU work to launch soon (for asking again after a revocation).
+    fn wants_gpu(&self, now: Nanos) -> bool {
+        self.alive(now) && (self.step_left > 0 || self.ready_at <= now + QUIET_NS)
+    }
+}
