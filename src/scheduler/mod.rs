@@ -84,6 +84,10 @@ pub fn request_weight(request: f64) -> f64 {
 /// How long after an interactive client's last lease batch processes of equal weights still
 /// overlap only as far as their demands fit: its next request comes soon.
 pub const INTERACTIVE_RECENT: Nanos = 1_000_000_000;
+/// The longest idle time whose part by request a client returning from idle banks as credit:
+/// a client of request 0.3 back from a second or more away is served first for up to 0.3 s of
+/// GPU time (at its weight), ahead of clients that kept the GPU meanwhile.
+pub const BURST_CREDIT_WINDOW: Nanos = 1_000_000_000;
 /// How far back `usage` looks.
 pub const USAGE_WINDOW: Nanos = 10_000_000_000;
 
@@ -156,6 +160,8 @@ struct Client {
     waited_total: Nanos,
     /// Its fair-share factor ([`fair_share`]), 1 unless fair share is on.
     fair_factor: f64,
+    /// When its last lease ended (or it was added): it has been idle since, unless active.
+    last_active: Nanos,
 }
 
 impl Client {
@@ -325,6 +331,7 @@ impl Scheduler {
                         grants: 0,
                         waited_total: 0,
                         fair_factor: 1.0,
+                        last_active: now,
                     },
                 );
             }
@@ -377,8 +384,13 @@ impl Scheduler {
             return;
         };
         if !was_active {
-            // A client coming back from idle does not bank the time it was away.
-            c.vtime = c.vtime.max(vclock);
+            // A client coming back from idle banks a bounded credit for the time it was away:
+            // its request's part of that time, up to [`BURST_CREDIT_WINDOW`] of it. It goes
+            // that far behind the virtual clock, so that its burst is served first until its
+            // charges make up for it; more idle time banks nothing more.
+            let idle = now.saturating_sub(c.last_active).min(BURST_CREDIT_WINDOW);
+            let credit = request_weight(c.shares.request) * idle as f64 / c.weight();
+            c.vtime = c.vtime.max(vclock - credit);
             c.refill(now, burst);
         }
         if !c.waiting.contains(&session) {
@@ -408,9 +420,18 @@ impl Scheduler {
     fn end_lease(&mut self, h: Lease, busy_ns: Nanos, now: Nanos) {
         let wall = now.saturating_sub(h.start);
         let busy = busy_ns.min(wall);
-        let owed = h.owed.round() as Nanos;
+        let mut owed = h.owed.round() as Nanos;
         if let Some(c) = self.clients.get_mut(&h.client) {
+            if c.shares.interactive {
+                // An interactive lease lasts until its process has been idle a moment after
+                // each request: charged its wall time, an inference client of request 0.1
+                // using 0.05 of the GPU was charged 0.18, ran past its request and lost the
+                // place its class gives it. It is charged the time its work was on the GPU
+                // (never more than its wall time's part), as its process reports it.
+                owed = owed.min(busy);
+            }
             c.gpu_total += busy;
+            c.last_active = now;
             c.charge(owed, now);
             if c.shares.interactive {
                 // "recently" counts from the end of an interactive client's last lease
@@ -678,6 +699,7 @@ impl Scheduler {
         // batch clients that wait, in line: furthest behind (smallest virtual time) first
         let mut line: Vec<(f64, ClientId)> = Vec::new();
         let mut urgent: Option<(f64, ClientId)> = None;
+        let mut interactive: Vec<(f64, ClientId)> = Vec::new();
         // The virtual clock follows the clients that wait or hold a lease: a holder's virtual
         // time counts, or one that renews (released, not yet waiting again) would be moved up
         // to the waiting ones' and lose the lead its request gives it.
@@ -698,8 +720,31 @@ impl Scheduler {
             }
             if !c.shares.interactive {
                 line.push((c.vtime, id));
-            } else if urgent.is_none_or(|(v, _)| c.vtime < v) {
-                urgent = Some((c.vtime, id));
+            } else {
+                interactive.push((c.vtime, id));
+            }
+        }
+        // An interactive client goes at once while it is not ahead of its due share by more
+        // than a lease: its virtual time within one quantum (at its weight) of the batch
+        // clients furthest behind. One that takes more than its request waits in line as any
+        // other, so that no latency class can starve the batch clients.
+        let batch_behind = self
+            .holders
+            .iter()
+            .map(|h| h.client)
+            .chain(line.iter().map(|&(_, id)| id))
+            .filter_map(|id| self.clients.get(&id))
+            .filter(|c| !c.shares.interactive)
+            .map(|c| c.vtime)
+            .fold(f64::INFINITY, f64::min);
+        for (vtime, id) in interactive {
+            let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
+            if vtime <= batch_behind + self.quantum as f64 / weight {
+                if urgent.is_none_or(|(v, _)| vtime < v) {
+                    urgent = Some((vtime, id));
+                }
+            } else {
+                line.push((vtime, id));
             }
         }
         // stable: equal virtual times keep the clients' order

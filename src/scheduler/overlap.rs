@@ -109,12 +109,14 @@ impl Scheduler {
     /// Whether the next lease of `session` is a probe: it is due one, and demands decide
     /// something. They decide nothing while every process weighs the same: no probe then, but
     /// for a process's first (its hook learns the GPU time of its launches alone, which bounds
-    /// its queue beside others).
+    /// its queue beside others). Nor while an interactive client is active: its leases cut a
+    /// probe short, which then measures nothing and stays due. Batch processes due probes then
+    /// jumped the line again and again, and a third saturating client of the same request beside
+    /// an inference client got nothing for a whole run (two others took turns in probes).
     pub(super) fn probe_now(&self, session: SessionId, now: Nanos) -> bool {
         self.demand.probe_due(session)
-            && (self.demand.never_alone(session)
-                || !self.equal_weights()
-                || self.interactive_recently(now))
+            && !self.interactive_recently(now)
+            && (self.demand.never_alone(session) || !self.equal_weights())
     }
 
     /// The client in `line` whose next process has been due a probe for

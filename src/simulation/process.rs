@@ -86,7 +86,8 @@ pub struct Process {
     last_launch: Nanos,
     /// When its queue last emptied (it left the GPU) and it launched nothing since.
     idle_since: Option<Nanos>,
-    /// Steps done, and each step's time from start to done (with `period_ns`).
+    /// Steps done, and each step's time from its first launch to its work done (synchronized) or
+    /// launched (not).
     pub steps: u64,
     pub latencies: Vec<Nanos>,
 }
@@ -205,11 +206,11 @@ impl Process {
                     let again = self.wants_gpu(now);
                     return (Some(self.release(gpu, again)), None);
                 }
-            } else if self.rules.interactive && idle.is_some_and(|t| t >= INTERACTIVE_IDLE_NS) {
-                return (Some(self.release(gpu, false)), None);
-            } else if now >= h.deadline + (h.deadline - h.granted_at) / 4
-                && idle.is_some_and(|t| t >= QUIET_NS)
+            } else if (self.rules.interactive && idle.is_some_and(|t| t >= INTERACTIVE_IDLE_NS))
+                || (now >= h.deadline + (h.deadline - h.granted_at) / 4
+                    && idle.is_some_and(|t| t >= QUIET_NS))
             {
+                // an interactive process idle a moment, or any past its lease and quiet
                 return (Some(self.release(gpu, false)), None);
             }
             let left = h.deadline.saturating_sub(now);
@@ -232,18 +233,24 @@ impl Process {
                 );
             }
         }
-        let lease_wake = self.held.map(|h| match h.revoked_at {
-            Some(at) => at + REVOKE_SLACK_NS,
-            None if h.asked_ahead => h.deadline + (h.deadline - h.granted_at) / 4 + QUIET_NS,
-            None => h.deadline - (h.deadline - h.granted_at) / 4,
+        let lease_wakes = self.held.map_or([None, None], |h| {
+            let length = h.deadline - h.granted_at;
+            match h.revoked_at {
+                Some(at) => [Some(at + REVOKE_SLACK_NS), None],
+                None => [
+                    (!h.asked_ahead).then(|| h.deadline - length / 4),
+                    Some(h.deadline + length / 4),
+                ],
+            }
         });
         let idle_wakes = self.idle_since.map_or([None, None], |t| {
             [Some(t + INTERACTIVE_IDLE_NS), Some(t + QUIET_NS)]
         });
         // the earliest of the moments still ahead
         let wake = |app: Option<Nanos>| {
-            [app, lease_wake]
+            [app]
                 .into_iter()
+                .chain(lease_wakes)
                 .chain(idle_wakes)
                 .flatten()
                 .filter(|&t| t > now)
@@ -325,9 +332,9 @@ impl Process {
 
     fn step_done(&mut self, now: Nanos) {
         self.steps += 1;
+        self.latencies.push(now - self.step_started);
         match self.work.period_ns {
             Some(p) => {
-                self.latencies.push(now - self.step_started);
                 let next = self.step_started + p;
                 self.ready_at = if next > now {
                     next

@@ -67,9 +67,11 @@ pub enum Kind {
     Bursty,
     /// Inference every 5 ms (the interactive clients' loop).
     Inference,
+    /// A loop of 1-20 ms kernels that never waits for them: it keeps the GPU busy alone.
+    Saturating,
 }
 
-const BATCH_KINDS: [Kind; 5] = [
+pub const BATCH_KINDS: [Kind; 5] = [
     Kind::Kernels,
     Kind::Graph,
     Kind::HostBound,
@@ -105,6 +107,12 @@ pub fn workload(kind: Kind, rng: &mut Rng, start: Nanos, end: Nanos) -> Workload
                 ..base
             }
         }
+        Kind::Saturating => Workload {
+            kernel_ns: rng.log_range(MS, 20 * MS),
+            kernels: 64,
+            sync: false,
+            ..base
+        },
         Kind::Graph => Workload {
             kernel_ns: rng.log_range(30 * US, 300 * US),
             kernels: 32,
@@ -156,6 +164,11 @@ impl Scenario {
     /// each client 1-2 processes from the library, some of which come late or leave early; and
     /// sometimes a client's request changed partway.
     pub fn random(seed: u64, duration: Nanos) -> Scenario {
+        Scenario::random_of(seed, duration, &BATCH_KINDS)
+    }
+
+    /// As [`Scenario::random`], the batch clients' loops drawn from `kinds` alone.
+    pub fn random_of(seed: u64, duration: Nanos, kinds: &[Kind]) -> Scenario {
         let mut rng = Rng::new(seed);
         let n = 2 + rng.below(7);
         let interactive = rng.chance(0.35);
@@ -191,7 +204,7 @@ impl Scenario {
                     let kind = if is_interactive {
                         Kind::Inference
                     } else {
-                        BATCH_KINDS[rng.below(BATCH_KINDS.len())]
+                        kinds[rng.below(kinds.len())]
                     };
                     workload(kind, &mut rng, start, end)
                 })

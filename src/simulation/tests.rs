@@ -41,38 +41,53 @@ fn print(outcome: &Outcome) {
     }
 }
 
-#[test]
-fn explore() {
-    for seed in 0..40 {
-        let sc = Scenario::random(seed, 20 * S);
-        let t = std::time::Instant::now();
-        let out = run(&sc);
-        eprintln!("{:?}", t.elapsed());
-        let w = worst(&out);
-        eprintln!(
-            "seed {seed}: {} clients, worst short {:.3} at {:.0}s client {}",
-            sc.clients.len(),
-            w.0,
-            w.1,
-            w.2
-        );
+/// Every judged window kept the promise for the clients `judged` picks (by index), or the
+/// windows that broke it, printed.
+fn assert_kept(scenario: &Scenario, outcome: &Outcome, judged: impl Fn(usize) -> bool) {
+    let mut broken = vec![];
+    for w in outcome
+        .windows
+        .iter()
+        .filter(|w| referee::settled(w.since_change))
+    {
+        for (i, v) in referee::judge(&w.clients).iter().enumerate() {
+            if judged(i) && !v.kept() {
+                broken.push(format!(
+                    "{:.0}s client {i}: got {:.3} due {:.3}",
+                    w.t0 as f64 / 1e9,
+                    v.got,
+                    v.due
+                ));
+            }
+        }
+    }
+    if !broken.is_empty() {
+        print(outcome);
+        panic!("seed {}: {}", scenario.seed, broken.join("; "));
     }
 }
 
+/// The batch clients of `scenario` (the latency class is judged apart).
+fn batch(scenario: &Scenario) -> impl Fn(usize) -> bool + '_ {
+    |i| !scenario.clients[i].shares.interactive
+}
+
+fn saturating(rng: &mut Rng) -> Workload {
+    workload(Kind::Saturating, rng, 0, 20 * S)
+}
+
+/// Three users' saturating loops (request 0.3 each) beside an inference client of request 0.1
+/// every 5 ms. Processes due a probe jumped the line while the inference client cut their probes
+/// short: two of the three took turns in probes and the third got nothing for the whole run (as
+/// on an H200, 525 / 17 / 1.3 it/s). And the inference client, served at once whatever it had
+/// used, took 0.19 of the GPU on a request of 0.1.
 #[test]
-fn interactive_beside_three_saturating() {
+fn an_interactive_client_beside_three_saturating_ones_starves_none() {
     let mut rng = Rng::new(1);
-    let sat = |rng: &mut Rng| {
-        let mut w = workload(Kind::Kernels, rng, 0, 20 * S);
-        w.kernel_ns = 1_700_000;
-        w.kernels = 64;
-        w.sync = false;
-        w
-    };
     let mut clients: Vec<ClientSpec> = (0..3)
         .map(|_| ClientSpec {
             shares: shares(0.3, false),
-            processes: vec![sat(&mut rng)],
+            processes: vec![saturating(&mut rng)],
         })
         .collect();
     clients.push(ClientSpec {
@@ -85,25 +100,115 @@ fn interactive_beside_three_saturating() {
         changes: vec![],
         duration: 20 * S,
     };
-    let out = run(&sc);
-    print(&out);
-    eprintln!("{:?}", worst(&out));
+    assert_kept(&sc, &run(&sc), batch(&sc));
 }
 
+fn median(v: &[Nanos]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0) as f64 / 1e6
+}
+
+/// A job of 87 ms bursts with pauses (request 0.3) beside a saturating one (request 0.5): its
+/// bursts took 206 ms, longer than time-sliced (177 ms; 87 ms alone), as on the GPU (235 ms,
+/// 197 ms time-sliced, 90 ms alone). With burst credit it is served first when it comes back:
+/// within 1.25 times its bursts alone, and both keep their due shares.
 #[test]
-fn show() {
-    let seed: u64 = std::env::var("SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(29);
-    let sc = Scenario::random(seed, 20 * S);
-    for c in &sc.clients {
-        eprintln!("{:?}", c.shares);
-        for p in &c.processes {
-            eprintln!("   {p:?} solo {:.3}", solo_busy(p));
+fn a_bursty_client_below_its_request_gets_its_bursts_at_once() {
+    let ms = 1_000_000;
+    let bursty = Workload {
+        kernel_ns: ms,
+        kernels: 87,
+        launch_ns: 4_000,
+        graph: false,
+        sync: true,
+        host_ns: 300 * ms,
+        period_ns: None,
+        start: 0,
+        end: 20 * S,
+    };
+    let sat = Workload {
+        kernels: 64,
+        sync: false,
+        host_ns: 5_000,
+        ..bursty
+    };
+    let clients = vec![
+        ClientSpec {
+            shares: shares(0.3, false),
+            processes: vec![bursty],
+        },
+        ClientSpec {
+            shares: shares(0.5, false),
+            processes: vec![sat],
+        },
+    ];
+    let sc = Scenario {
+        seed: 0,
+        clients,
+        changes: vec![],
+        duration: 20 * S,
+    };
+    let alone = Scenario {
+        clients: sc.clients[..1].to_vec(),
+        ..sc.clone()
+    };
+    let out = run(&sc);
+    let (solo, shared, sliced) = (
+        median(&run(&alone).latencies[0]),
+        median(&out.latencies[0]),
+        median(&run_time_sliced(&sc).latencies[0]),
+    );
+    eprintln!(
+        "median burst: alone {solo:.1} ms, gpushare {shared:.1} ms, time-sliced {sliced:.1} ms"
+    );
+    assert!(
+        shared <= 1.25 * solo,
+        "{shared:.1} ms bursts, {solo:.1} ms alone"
+    );
+    assert!(
+        shared < sliced,
+        "{shared:.1} ms bursts, {sliced:.1} ms time-sliced"
+    );
+    assert_kept(&sc, &out, |i| i == 0);
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+        /// Random labs of saturating loops (2-8 clients of random requests and limits, loops
+        /// that come and go, a request changed partway, now and then an interactive client's
+        /// inference) keep every batch client's due share in every settled window.
+        #[test]
+        fn saturating_mixes_keep_every_clients_due_share(seed in 0u64..1_000_000) {
+            let sc = Scenario::random_of(seed, 20 * S, &[Kind::Saturating]);
+            let out = run(&sc);
+            assert_kept(&sc, &out, batch(&sc));
         }
     }
-    eprintln!("{:?}", sc.changes);
-    let out = run(&sc);
-    print(&out);
+}
+
+/// Prints, for each kind of loop in the library, how many random mixes of it keep the promise:
+/// `cargo test --release --lib simulation::tests::promise_by_kind -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn promise_by_kind() {
+    use super::scenario::BATCH_KINDS;
+    for kind in BATCH_KINDS.into_iter().chain([Kind::Saturating]) {
+        let mut shorts = vec![];
+        for seed in 0..30 {
+            let sc = Scenario::random_of(seed, 30 * S, &[kind]);
+            shorts.push(worst(&run(&sc)).0);
+        }
+        shorts.sort_by(f64::total_cmp);
+        let ok = shorts.iter().filter(|&&x| x <= 0.03).count();
+        eprintln!(
+            "{kind:?}: {ok}/30 kept; median worst {:.3}, max {:.3}",
+            shorts[15], shorts[29]
+        );
+    }
 }
