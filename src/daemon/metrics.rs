@@ -5,8 +5,9 @@
 //! config: a reload that changes `metrics.listen` moves it, and one whose address cannot be bound
 //! leaves the running endpoint as it is, with an error in the log.
 
+mod http;
+
 use super::accounting::Accounting;
-use super::http;
 use super::state::{Event, State};
 use super::usage::{ClientUser, Totals, UsageSnapshot};
 use crate::gpu::MpsStatus;
@@ -271,7 +272,10 @@ pub async fn run(
                         let page = {
                             let accounting = accounting.clone();
                             let mps = mps.clone();
-                            Arc::new(move || render(&accounting, &mps))
+                            http::Page {
+                                content_type: CONTENT_TYPE,
+                                body: Arc::new(move || render(&accounting, &mps)),
+                            }
                         };
                         serving = Some((addr, tokio::spawn(http::serve(listener, page))));
                     }

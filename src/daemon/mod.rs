@@ -7,7 +7,6 @@ pub mod config_watch;
 pub mod dbus_api;
 pub mod dbus_objects;
 pub mod gpu_events;
-pub mod http;
 pub mod identity;
 pub mod metrics;
 pub mod registrations;
