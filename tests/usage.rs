@@ -256,3 +256,72 @@ fn decayed_usage_weighs_clients_while_fair_share_is_on() {
         || d.client("a")["fair_share"] == 1.0,
     );
 }
+
+/// The README's first command, as a user who may not write /var/lib/gpushare: with the shipped
+/// config and no `--state-dir`, the daemon logs no error or warning and no setting that does not
+/// apply, and keeps usage in the user's ~/.local/state/gpushare.
+#[test]
+fn a_user_runs_the_daemon_with_the_shipped_config_and_usage_is_kept_in_their_home() {
+    require_root();
+    let erin = test_user("gpstest-erin");
+    let give = |p: &Path| std::os::unix::fs::chown(p, Some(erin), Some(erin)).unwrap();
+    let home = open_tempdir();
+    give(home.path());
+    // the fake NVML where the driver's library is looked for: nvml_library = "" in the file
+    let driver = open_tempdir();
+    let lib = driver.path().join("libnvidia-ml.so.1");
+    std::fs::copy(fake_nvml(), &lib).unwrap();
+    let nvml_state = driver.path().join("fake_nvml.state");
+    std::fs::write(&nvml_state, "count 1\nmode 0 0\n").unwrap();
+    for p in [driver.path(), &lib, &nvml_state] {
+        give(p);
+    }
+    let mut d = Daemon::builder()
+        .config(include_str!("../dist/gpushare.toml"))
+        .user(erin)
+        .daemon_chooses_state_dir()
+        .env("HOME", home.path().to_str().unwrap())
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("STATE_DIRECTORY")
+        .env("LD_LIBRARY_PATH", driver.path().to_str().unwrap())
+        .log_level("info")
+        .start();
+    let state = home.path().join(".local/state/gpushare");
+
+    expect_done(hold_leases_as(
+        erin,
+        &d.socket,
+        "",
+        2,
+        Duration::from_millis(150),
+    ));
+    assert!(d.stop().success(), "{}", d.log());
+    let log = d.log();
+    let complaints: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" ERROR ") || l.contains(" WARN "))
+        .collect();
+    assert!(complaints.is_empty(), "{log}");
+    assert!(!log.contains("set_compute_mode"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "keeping usage and registered clients in {}",
+            state.display()
+        )),
+        "{log}"
+    );
+    let calls = std::fs::read_to_string(driver.path().join("fake_nvml.state.calls")).unwrap();
+    assert!(calls.contains("init"), "the fake NVML was loaded: {calls}");
+    let db = rusqlite::Connection::open(state.join("usage.db")).unwrap();
+    let (gpu_ns, leases): (i64, i64) = db
+        .query_row(
+            "SELECT SUM(gpu_ns), SUM(leases) FROM usage WHERE user = 'gpstest-erin'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(gpu_ns > 0, "{gpu_ns}");
+    assert_eq!(leases, 2);
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&state).unwrap());
+    assert_eq!(owner, erin, "the user's own directory");
+}

@@ -269,16 +269,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Accounting {
-    /// Accounting into `dir` (`None`: only the running totals, for the metrics). Opens the
-    /// database on a blocking thread; failing that, logs why and keeps only the running totals.
-    pub async fn start(state: Arc<Mutex<State>>, dir: Option<PathBuf>) -> Accounting {
+    /// Accounting into `dir` (an error says why there is none: then only the running totals
+    /// are kept, for the metrics). Opens the database on a blocking thread; failing that, logs
+    /// why and keeps only the running totals.
+    pub async fn start(state: Arc<Mutex<State>>, dir: Result<PathBuf, String>) -> Accounting {
         let store = match dir {
-            None => {
-                let why = "usage accounting is off: daemon.state_dir is empty".to_string();
+            Err(none) => {
+                let why = format!("usage accounting is off: {none}");
                 tracing::info!("{why}");
                 Err(why)
             }
-            Some(dir) => {
+            Ok(dir) => {
                 let opened = tokio::task::spawn_blocking(move || Store::open(&dir))
                     .await
                     .unwrap_or_else(|e| Err(e.to_string()));

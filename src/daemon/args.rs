@@ -21,7 +21,10 @@ pub struct DaemonArgs {
     /// Directory of the hook socket, overriding daemon.socket_dir.
     #[arg(long)]
     pub socket_dir: Option<PathBuf>,
-    /// Directory of the usage accounting database, overriding daemon.state_dir.
+    /// Directory of what is kept across restarts (usage accounting, registered clients),
+    /// overriding daemon.state_dir; "" keeps nothing. Without either: $STATE_DIRECTORY (set by
+    /// systemd), else /var/lib/gpushare where the daemon may write it, else
+    /// $XDG_STATE_HOME/gpushare or ~/.local/state/gpushare.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// D-Bus bus to serve on: system, session, none, or an address (unix:path=...).
