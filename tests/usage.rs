@@ -325,3 +325,110 @@ fn a_user_runs_the_daemon_with_the_shipped_config_and_usage_is_kept_in_their_hom
     let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&state).unwrap());
     assert_eq!(owner, erin, "the user's own directory");
 }
+
+/// Without a bus, `gpushare usage` reads the daemon's socket, as `status` does, and gets what
+/// GetUsage gives: the rows of every user, to every user (reads are open to all). A refusal is
+/// the daemon's answer (exit status 2), a bus where no daemon is falls back to the socket, and a
+/// connection that asks for usage never attaches.
+#[test]
+fn usage_is_read_over_the_socket_by_every_user() {
+    require_root();
+    let frank = test_user("gpstest-frank");
+    let state = open_tempdir();
+    let d = Daemon::start_with_state(CONFIG, None, state.path());
+
+    // root's process as client train: a lease of at least 300 ms
+    let mut p = d.connect();
+    assert!(matches!(p.hello("train"), Reply::Welcome { .. }));
+    p.send(&Request::Acquire { device: GPU0 });
+    assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(p);
+    // frank's process as his default client: two leases of 150 ms
+    expect_done(hold_leases_as(
+        frank,
+        &d.socket,
+        "",
+        2,
+        Duration::from_millis(150),
+    ));
+    wait_for("root's process to go", Duration::from_secs(10), || {
+        d.client("train")["pids"].as_array().unwrap().is_empty()
+    });
+
+    let usage_as = |uid: Option<u32>, args: &[&str]| {
+        let mut all = vec!["--json", "usage"];
+        all.extend_from_slice(args);
+        let out = d.cli_as(uid, &all);
+        assert!(out.status.success(), "gpushare {all:?}: {}", stderr(&out));
+        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).expect("a JSON list")
+    };
+    let by_user = usage_as(None, &["--by", "user"]);
+    assert!(gpu_ns(&by_user, "user", "root") >= 300 * MS, "{by_user:?}");
+    assert!(gpu_ns(&by_user, "user", "gpstest-frank") > 0, "{by_user:?}");
+    assert_eq!(entry(&by_user, "user", "gpstest-frank")["leases"], 2);
+    assert_eq!(
+        usage_as(Some(frank), &["--by", "user"]),
+        by_user,
+        "frank reads every user's rows, as over D-Bus"
+    );
+    let by_client = usage_as(Some(frank), &["--by", "client", "--since", "1d"]);
+    assert!(gpu_ns(&by_client, "client", "train") >= 300 * MS);
+    assert!(gpu_ns(&by_client, "client", "user.gpstest-frank") > 0);
+    let out = d.cli_as(Some(frank), &["usage", "--by", "client"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("CLIENT"), "{}", stdout(&out));
+
+    // a bus on which no daemon serves: the socket answers
+    let bus = TestBus::start();
+    let out = std::process::Command::new(GPUSHARE)
+        .args(["--json", "usage"])
+        .env("GPUSHARE_BUS", &bus.address)
+        .env("GPUSHARE_SOCKET", &d.socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // the request itself: rows as JSON in status frames, a grouping it does not know refused
+    let mut c = d.connect();
+    c.send(&Request::Usage {
+        since_seconds: 0,
+        by: "client".into(),
+    });
+    let mut reader = gpushare::protocol::StatusReader::default();
+    let doc = loop {
+        if let Some(doc) = reader.push(c.recv().expect("a reply")).unwrap() {
+            break doc;
+        }
+    };
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&doc).unwrap();
+    assert_eq!(rows, usage_as(None, &["--by", "client"]));
+    assert!(c.recv().is_none(), "the daemon closes the connection");
+    let mut c = d.connect();
+    c.send(&Request::Usage {
+        since_seconds: 0,
+        by: "week".into(),
+    });
+    match c.recv() {
+        Some(Reply::Error { code, message }) => {
+            assert_eq!(code, gpushare::protocol::ErrorCode::Refused);
+            assert!(message.contains("user, client or day"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        d.clients_json().as_array().unwrap().len(),
+        1,
+        "only train: no usage reader attached"
+    );
+
+    // a daemon without accounting says why, over the socket too
+    let off = Daemon::start_with_state(CONFIG, None, Path::new(""));
+    let out = off.cli_as(Some(frank), &["usage"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("usage accounting is off"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -8,6 +8,7 @@
 
 use super::state::State;
 use super::usage::{Pending, Tally, Totals};
+use crate::api;
 use crate::scheduler::fair_share::decayed;
 use rusqlite::{params, Connection, ErrorCode};
 use std::collections::BTreeMap;
@@ -373,6 +374,54 @@ impl Accounting {
             .query(since, by)
             .map_err(|e| format!("cannot read {}: {e}", store.path().display()))
     }
+}
+
+/// Why a usage query got no rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryError {
+    /// The query asked for something there is not (a grouping other than user, client or day).
+    InvalidArgument(String),
+    /// There is no accounting, or the database could not be read.
+    Failed(String),
+}
+
+/// A row as GetUsage and the socket's usage request report it, the group's name under the key
+/// `by` names.
+fn usage_record(by: By, r: Row) -> api::UsageRow {
+    let mut row = api::UsageRow {
+        gpu_ns: r.totals.gpu_ns,
+        memory_byte_seconds: r.totals.memory_byte_seconds,
+        wait_ns: r.totals.wait_ns,
+        leases: r.totals.leases,
+        first_hour: r.first_hour,
+        last_hour: r.last_hour,
+        ..api::UsageRow::default()
+    };
+    let group = match by {
+        By::User => &mut row.user,
+        By::Client => &mut row.client,
+        By::Day => &mut row.day,
+    };
+    *group = Some(r.key);
+    row
+}
+
+/// The usage query that D-Bus (GetUsage) and the socket ([`crate::protocol::Request::Usage`])
+/// both answer with: the rows over the last `since_seconds` (0: all of it), grouped `by` "user",
+/// "client" or "day". Open to every caller, as every read of the daemon is; the disk is read on
+/// a blocking thread.
+pub async fn query(
+    accounting: Arc<Accounting>,
+    since_seconds: u64,
+    by: &str,
+) -> Result<Vec<api::UsageRow>, QueryError> {
+    let by: By = by.parse().map_err(QueryError::InvalidArgument)?;
+    let since = (since_seconds > 0).then(|| Duration::from_secs(since_seconds));
+    let rows = tokio::task::spawn_blocking(move || accounting.usage(since, by))
+        .await
+        .map_err(|e| QueryError::Failed(e.to_string()))?
+        .map_err(QueryError::Failed)?;
+    Ok(rows.into_iter().map(|r| usage_record(by, r)).collect())
 }
 
 impl Accounting {

@@ -6,7 +6,7 @@
 // (zbus generates functions from them that an attribute on the method cannot reach).
 #![allow(clippy::too_many_arguments)]
 
-use super::accounting::{Accounting, By, Row};
+use super::accounting::{self, Accounting, QueryError};
 use super::identity::Identity;
 use super::state::{ClientDeviceReport, ClientReport, Event, State, StateError};
 use crate::api;
@@ -105,26 +105,6 @@ fn client_device_record(r: &ClientDeviceReport) -> api::ClientDevice {
         waiting: r.waiting,
         demand: r.demand,
     }
-}
-
-/// A row of GetUsage, the group's name under the key `by` names.
-fn usage_record(by: By, r: Row) -> api::UsageRow {
-    let mut row = api::UsageRow {
-        gpu_ns: r.totals.gpu_ns,
-        memory_byte_seconds: r.totals.memory_byte_seconds,
-        wait_ns: r.totals.wait_ns,
-        leases: r.totals.leases,
-        first_hour: r.first_hour,
-        last_hour: r.last_hour,
-        ..api::UsageRow::default()
-    };
-    let group = match by {
-        By::User => &mut row.user,
-        By::Client => &mut row.client,
-        By::Day => &mut row.day,
-    };
-    *group = Some(r.key);
-    row
 }
 
 fn check_number(what: &str, v: f64) -> Result<(), Error> {
@@ -355,14 +335,12 @@ impl Manager {
     /// `memory_byte_seconds` (device memory held over time), `wait_ns` (time processes waited
     /// for a lease), `leases`, and `first_hour` and `last_hour` (Unix seconds).
     async fn get_usage(&self, since_seconds: u64, by: String) -> Result<Vec<api::UsageRow>, Error> {
-        let by: By = by.parse().map_err(Error::InvalidArgument)?;
-        let since = (since_seconds > 0).then(|| std::time::Duration::from_secs(since_seconds));
-        let accounting = self.accounting.clone();
-        let rows = tokio::task::spawn_blocking(move || accounting.usage(since, by))
+        accounting::query(self.accounting.clone(), since_seconds, &by)
             .await
-            .map_err(|e| Error::Failed(e.to_string()))?
-            .map_err(Error::Failed)?;
-        Ok(rows.into_iter().map(|r| usage_record(by, r)).collect())
+            .map_err(|e| match e {
+                QueryError::InvalidArgument(m) => Error::InvalidArgument(m),
+                QueryError::Failed(m) => Error::Failed(m),
+            })
     }
 
     /// The managed GPUs with live memory and state; `leases`, how leases run on each now: mps,

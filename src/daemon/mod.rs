@@ -198,7 +198,11 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         listener,
         state.clone(),
         wake.clone(),
-        status::Listers { devices, flagged },
+        status::Listers {
+            devices,
+            flagged,
+            accounting: accounting.clone(),
+        },
         hello_timeout,
     ));
     tokio::spawn(socket_server::run_scheduler_clock(
