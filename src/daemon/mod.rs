@@ -219,9 +219,13 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     ));
     tokio::spawn(accounting::run(accounting.clone()));
     tokio::spawn(metrics::run(
-        state.clone(),
-        accounting.clone(),
-        gpu.mps_status_reader(),
+        metrics::Sources {
+            state: state.clone(),
+            accounting: accounting.clone(),
+            mps: gpu.mps_status_reader(),
+            devices: gpu.device_reader(),
+            flagged: gpu.flagged_reader(),
+        },
         metrics_events,
     ));
     service_notify::ready();

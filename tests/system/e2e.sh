@@ -309,7 +309,8 @@ check "installed files are in place" ctr sh -ec '
     test -f /usr/share/man/man5/gpushare.toml.5.gz
     test -f /usr/share/man/man7/libgpushare.7.gz
     test -f /usr/share/man/man1/gpushare.1.gz
-    test -f /usr/share/man/man8/gpushared.8.gz'
+    test -f /usr/share/man/man8/gpushared.8.gz
+    test -f /usr/share/gpushare/grafana/gpushare.json'
 check "the config is a conffile" ctr sh -c 'dpkg-query -W -f="\${Conffiles}" gpushare | grep -q " /etc/gpushare/gpushare.toml "'
 check "units verify (systemd-analyze verify)" \
     ctr sh -c 'out=$(systemd-analyze verify --man=no gpushare.service gpushare.socket 2>&1); echo "$out"; [ -z "$out" ]'
