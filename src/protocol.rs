@@ -28,7 +28,8 @@
 //! connection. [`StatusReader`] puts the document back together.
 //!
 //! In the same way, any process may ask for the usage kept in the daemon's state directory with
-//! [`Request::Usage`] (what the D-Bus method GetUsage answers, open to every user as it is): the
+//! [`Request::Usage`] (what the D-Bus method GetUsage answers: every user's rows to root and the
+//! members of `daemon.admin_groups`, the peer's own, by its uid, to anyone else): the
 //! rows come as a JSON list in [`Reply::Status`] frames, or the daemon answers [`Reply::Error`]
 //! with [`ErrorCode::Refused`] and its reason (no accounting, a grouping it does not know).
 //! Requests that never attach need no [`PROTOCOL_VERSION`] of their own: a hook never sends
@@ -174,7 +175,9 @@ pub enum Request {
     Status,
     /// First and only request on a connection that reads the usage kept in the state directory,
     /// as GetUsage over D-Bus: over the last `since_seconds` (0: all of it, counted by whole
-    /// hours), grouped `by` "user", "client" or "day". Answered by [`Reply::Status`] frames
+    /// hours), grouped `by` "user", "client" or "day"; every user's for root and the members of
+    /// `daemon.admin_groups`, the peer's own (by its uid) for anyone else. Answered by
+    /// [`Reply::Status`] frames
     /// carrying the rows as JSON, or by [`Reply::Error`]; then the daemon closes the connection.
     Usage { since_seconds: u64, by: String },
 }

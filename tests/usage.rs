@@ -1,5 +1,6 @@
 //! Usage accounting of a real gpushared: kept in its state directory across restarts, read with
-//! `gpushare usage` through the D-Bus API.
+//! `gpushare usage` through the D-Bus API or the socket, every user's rows by root and the
+//! admin groups, each other user's own by that user.
 
 mod common;
 use common::*;
@@ -11,19 +12,63 @@ use std::time::Duration;
 const CONFIG: &str =
     "[daemon]\nquantum = \"10s\"\n[clients.train]\nrequest = 0.5\nusers = [\"*\"]\n";
 
+/// CONFIG with the test user gpstest-admin's group among the admin groups.
+const ADMIN_CONFIG: &str = "[daemon]\nquantum = \"10s\"\nadmin_groups = [\"gpstest-admin\"]\n\
+     [clients.train]\nrequest = 0.5\nusers = [\"*\"]\n";
+
 const MS: u64 = 1_000_000;
 const GIB: f64 = (1u64 << 30) as f64;
 
 fn usage(d: &Daemon, args: &[&str]) -> Vec<serde_json::Value> {
+    usage_as(d, None, args)
+}
+
+/// `gpushare --json usage ARGS` run as `uid` (None: root).
+fn usage_as(d: &Daemon, uid: Option<u32>, args: &[&str]) -> Vec<serde_json::Value> {
     let mut all = vec!["--json", "usage"];
     all.extend_from_slice(args);
-    let out = d.cli(&all);
+    let out = d.cli_as(uid, &all);
     assert!(out.status.success(), "gpushare {all:?}: {}", stderr(&out));
     serde_json::from_slice::<serde_json::Value>(&out.stdout)
         .expect("usage --json is JSON")
         .as_array()
         .expect("a list")
         .clone()
+}
+
+/// What a user who is not an administrator reads, as `uid`, of the usage `by_user`, `by_client`
+/// and `by_day` that root reads: exactly their own row by user and their own default client's
+/// row by client (the only client they used), their days adding up to their own total, and a
+/// table without any other user's client.
+fn sees_only_their_own(
+    d: &Daemon,
+    uid: u32,
+    user: &str,
+    by_user: &[serde_json::Value],
+    by_client: &[serde_json::Value],
+) {
+    let own = usage_as(d, Some(uid), &["--by", "user"]);
+    assert_eq!(
+        own,
+        vec![entry(by_user, "user", user).clone()],
+        "{by_user:?}"
+    );
+    let client = format!("user.{user}");
+    assert_eq!(
+        usage_as(d, Some(uid), &["--by", "client"]),
+        vec![entry(by_client, "client", &client).clone()],
+        "{by_client:?}"
+    );
+    let days = usage_as(d, Some(uid), &["--by", "day"]);
+    let day_total: u64 = days.iter().map(|r| r["gpu_ns"].as_u64().unwrap()).sum();
+    assert_eq!(day_total, gpu_ns(by_user, "user", user), "{days:?}");
+    let out = d.cli_as(Some(uid), &["usage", "--by", "client"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.starts_with("CLIENT") && table.contains(&client) && !table.contains("train"),
+        "{table}"
+    );
 }
 
 /// The entry of `name` in a usage list grouped by `key`.
@@ -48,9 +93,10 @@ fn age_usage(state: &Path, days: i64) {
 fn usage_is_kept_across_restarts_by_user_and_client() {
     require_root();
     let carol = test_user("gpstest-carol");
+    let admin = test_user("gpstest-admin");
     let bus = TestBus::start();
     let state = open_tempdir();
-    let mut d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    let mut d = Daemon::start_with_state(ADMIN_CONFIG, Some(&bus), state.path());
 
     // root's process as client train: a lease of at least 400 ms, and 1 GiB held
     let mut p = d.connect();
@@ -116,8 +162,11 @@ fn usage_is_kept_across_restarts_by_user_and_client() {
     );
     assert_eq!(entry(&clients, "client", "user.gpstest-carol")["leases"], 2);
 
-    // anyone may read it
-    let out = d.cli_as(Some(carol), &["usage", "--by", "client"]);
+    // carol reads her own rows only; a member of an admin group reads every user's, as root
+    sees_only_their_own(&d, carol, "gpstest-carol", &users, &clients);
+    assert_eq!(usage_as(&d, Some(admin), &["--by", "user"]), users);
+    assert_eq!(usage_as(&d, Some(admin), &["--by", "client"]), clients);
+    let out = d.cli_as(Some(admin), &["usage", "--by", "client"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
     assert!(
@@ -128,7 +177,7 @@ fn usage_is_kept_across_restarts_by_user_and_client() {
     // stopped as systemd stops it, and started again on the same directory
     assert!(d.stop().success(), "{}", d.log());
     drop(d);
-    let mut d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    let mut d = Daemon::start_with_state(ADMIN_CONFIG, Some(&bus), state.path());
     assert_eq!(
         usage(&d, &["--by", "user"]),
         users,
@@ -327,15 +376,16 @@ fn a_user_runs_the_daemon_with_the_shipped_config_and_usage_is_kept_in_their_hom
 }
 
 /// Without a bus, `gpushare usage` reads the daemon's socket, as `status` does, and gets what
-/// GetUsage gives: the rows of every user, to every user (reads are open to all). A refusal is
-/// the daemon's answer (exit status 2), a bus where no daemon is falls back to the socket, and a
-/// connection that asks for usage never attaches.
+/// GetUsage gives: the rows of every user to root and the admin groups, and to any other user
+/// their own (by the peer's uid). A refusal is the daemon's answer (exit status 2), a bus where
+/// no daemon is falls back to the socket, and a connection that asks for usage never attaches.
 #[test]
-fn usage_is_read_over_the_socket_by_every_user() {
+fn usage_is_read_over_the_socket_by_each_user_for_their_own_rows() {
     require_root();
     let frank = test_user("gpstest-frank");
+    let admin = test_user("gpstest-admin");
     let state = open_tempdir();
-    let d = Daemon::start_with_state(CONFIG, None, state.path());
+    let d = Daemon::start_with_state(ADMIN_CONFIG, None, state.path());
 
     // root's process as client train: a lease of at least 300 ms
     let mut p = d.connect();
@@ -356,28 +406,20 @@ fn usage_is_read_over_the_socket_by_every_user() {
         d.client("train")["pids"].as_array().unwrap().is_empty()
     });
 
-    let usage_as = |uid: Option<u32>, args: &[&str]| {
-        let mut all = vec!["--json", "usage"];
-        all.extend_from_slice(args);
-        let out = d.cli_as(uid, &all);
-        assert!(out.status.success(), "gpushare {all:?}: {}", stderr(&out));
-        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).expect("a JSON list")
-    };
-    let by_user = usage_as(None, &["--by", "user"]);
+    let by_user = usage(&d, &["--by", "user"]);
     assert!(gpu_ns(&by_user, "user", "root") >= 300 * MS, "{by_user:?}");
     assert!(gpu_ns(&by_user, "user", "gpstest-frank") > 0, "{by_user:?}");
     assert_eq!(entry(&by_user, "user", "gpstest-frank")["leases"], 2);
-    assert_eq!(
-        usage_as(Some(frank), &["--by", "user"]),
-        by_user,
-        "frank reads every user's rows, as over D-Bus"
-    );
-    let by_client = usage_as(Some(frank), &["--by", "client", "--since", "1d"]);
+    let by_client = usage(&d, &["--by", "client", "--since", "1d"]);
     assert!(gpu_ns(&by_client, "client", "train") >= 300 * MS);
     assert!(gpu_ns(&by_client, "client", "user.gpstest-frank") > 0);
-    let out = d.cli_as(Some(frank), &["usage", "--by", "client"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).starts_with("CLIENT"), "{}", stdout(&out));
+    // frank reads his own rows only, as over D-Bus; the admin group every user's, as root
+    sees_only_their_own(&d, frank, "gpstest-frank", &by_user, &by_client);
+    assert_eq!(usage_as(&d, Some(admin), &["--by", "user"]), by_user);
+    assert_eq!(
+        usage_as(&d, Some(admin), &["--by", "client", "--since", "1d"]),
+        by_client
+    );
 
     // a bus on which no daemon serves: the socket answers
     let bus = TestBus::start();
@@ -402,7 +444,7 @@ fn usage_is_read_over_the_socket_by_every_user() {
         }
     };
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&doc).unwrap();
-    assert_eq!(rows, usage_as(None, &["--by", "client"]));
+    assert_eq!(rows, usage(&d, &["--by", "client"]));
     assert!(c.recv().is_none(), "the daemon closes the connection");
     let mut c = d.connect();
     c.send(&Request::Usage {

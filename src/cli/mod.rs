@@ -94,7 +94,8 @@ pub enum Command {
         /// Client name.
         name: String,
     },
-    /// Show the GPU time and memory-time used, as kept by the daemon across restarts.
+    /// Show the GPU time and memory-time used, as kept by the daemon across restarts: every
+    /// user's to root and the daemon's admin_groups, your own to anyone else.
     Usage {
         /// Only the last DURATION, counted by whole hours, e.g. 7d, 12h or 30min (default: all
         /// that is kept).

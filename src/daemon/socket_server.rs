@@ -159,9 +159,10 @@ async fn handle(
                 .unwrap_or_else(|_| Err(format!("pid {pid} did not read its status in time")));
         }
         Some(Request::Usage { since_seconds, by }) => {
-            // Read-only and open to all: the same query as GetUsage over D-Bus.
+            // The same query as GetUsage over D-Bus: everyone's rows for root and the
+            // admin_groups, the peer's own for anyone else.
             let send = async {
-                for reply in status::usage_replies(&listers, since_seconds, &by).await {
+                for reply in status::usage_replies(&listers, uid, since_seconds, &by).await {
                     write_reply(&mut stream, &reply).await?;
                 }
                 Ok(())

@@ -1,7 +1,8 @@
 //! The status document the socket serves to any process that asks ([`Request::Status`]): what
 //! the D-Bus API tells everyone (ListClients, ListDevices and the manager's properties), in the
 //! shape `gpushare --json status` prints ([`api::Status`] as JSON), so that the CLI reads the
-//! daemon without a bus; and the usage rows ([`Request::Usage`]), as GetUsage gives them.
+//! daemon without a bus; and the usage rows ([`Request::Usage`]), as GetUsage gives them (a
+//! user's own, every user's to root and the admin groups).
 //!
 //! [`Request::Status`]: crate::protocol::Request::Status
 //! [`Request::Usage`]: crate::protocol::Request::Usage
@@ -57,16 +58,22 @@ pub async fn replies(state: &Arc<Mutex<State>>, listers: &Listers) -> Result<Vec
     Ok(status_replies(&json))
 }
 
-/// The replies to a usage request ([`crate::protocol::Request::Usage`]): the rows GetUsage would
-/// give, as JSON, or the reason there are none as an error.
-pub async fn usage_replies(listers: &Listers, since_seconds: u64, by: &str) -> Vec<Reply> {
+/// The replies to a usage request ([`crate::protocol::Request::Usage`]) from the peer `uid`
+/// (SO_PEERCRED): the rows GetUsage would give that user (every user's to root and the
+/// admin_groups, their own to anyone else), as JSON, or the reason there are none as an error.
+pub async fn usage_replies(
+    listers: &Listers,
+    uid: u32,
+    since_seconds: u64,
+    by: &str,
+) -> Vec<Reply> {
     let refused = |message: String| {
         vec![Reply::Error {
             code: ErrorCode::Refused,
             message,
         }]
     };
-    match accounting::query(listers.accounting.clone(), since_seconds, by).await {
+    match accounting::query(listers.accounting.clone(), uid, since_seconds, by).await {
         Ok(rows) => match serde_json::to_vec(&rows) {
             Ok(json) => status_replies(&json),
             Err(e) => refused(format!("cannot write the usage: {e}")),

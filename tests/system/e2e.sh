@@ -240,6 +240,14 @@ output_is() {
     echo "[$out]"
     [ "$out" = "$want" ]
 }
+# output_lacks REGEX COMMAND...: COMMAND succeeds and its output does not match REGEX.
+output_lacks() {
+    local re=$1 out
+    shift
+    if ! out=$("$@" 2>&1); then echo "$out"; echo "(failed)"; return 1; fi
+    echo "$out"
+    ! grep -Eq -- "$re" <<<"$out"
+}
 # fails_matching REGEX COMMAND...: COMMAND fails and its output matches REGEX.
 fails_matching() {
     local re=$1 out
@@ -500,8 +508,12 @@ if [ -f "$fakes/fake_cuda.c" ] && [ -f "$fakes/client.c" ] && command -v gcc >/d
     check "hook: the attached process is listed" output_matches '[0-9]' client_field train pids
     sleep 3
     check "hook: memory is freed when the process exits" near memory_used 0 "$(client_field train memory_used)"
-    check "usage: gpushare usage shows bob's GPU time" \
-        output_matches '^bob +[0-9]' as dave gpushare usage --by user
+    check "usage: gpushare usage shows bob his own GPU time" \
+        output_matches '^bob +[0-9]' as bob gpushare usage --by user
+    check "usage: an admin_groups member sees bob's GPU time" \
+        output_matches '^bob +[0-9]' as carol gpushare usage --by user
+    check "usage: another user does not see bob's GPU time" \
+        output_lacks '^bob ' as dave gpushare usage --by user
     check "metrics: bob's leases of client train are counted" \
         output_matches '^gpushare_client_leases_total\{client="train",user="bob"\} [1-9]' \
         ctr perl -MIO::Socket::INET -e '
