@@ -11,8 +11,22 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpushare/gpushare.toml";
-/// Default of `daemon.state_dir`, where usage accounting is kept.
+/// The system's state directory: where the service keeps usage accounting and registered
+/// clients (systemd's `StateDirectory=gpushare`), and where a daemon that may write it keeps them
+/// when `daemon.state_dir` is not set.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpushare";
+
+/// `daemon.state_dir`: where usage accounting and registered clients are kept.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StateDir {
+    /// Not set: the daemon picks one when it starts (see `crate::daemon::state_dir`).
+    #[default]
+    Default,
+    /// `""`: nothing is kept.
+    Off,
+    /// An absolute path.
+    Path(PathBuf),
+}
 
 /// How the daemon treats GPU processes that did not attach through the hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -208,8 +222,8 @@ pub struct DaemonConfig {
     /// (without MPS when `concurrent_leases` is not set).
     pub overlap_by_demand: bool,
     pub admin_groups: Vec<String>,
-    /// Where usage accounting is kept (read at start); `None`: no accounting.
-    pub state_dir: Option<PathBuf>,
+    /// Where usage accounting is kept (read at start).
+    pub state_dir: StateDir,
     /// Decayed fair share: past GPU time, halving every this long, lowers the weight of a
     /// client's request; `None`: off.
     pub fairshare_half_life: Option<Duration>,
@@ -254,6 +268,9 @@ pub struct Config {
     pub group_defaults: BTreeMap<String, Share>,
     pub clients: BTreeMap<String, ClientSpec>,
     pub metrics: MetricsConfig,
+    /// Settings the file gives that have no effect with the rest of it, each in a sentence (the
+    /// daemon logs them when it starts).
+    pub notes: Vec<String>,
 }
 
 // ---- the file as written ----
@@ -492,9 +509,9 @@ impl Config {
             overlap_by_demand: d.concurrent_leases.is_none() && file.gpu.mps != Some(true),
             admin_groups: d.admin_groups.clone(),
             state_dir: match &d.state_dir {
-                None => Some(DEFAULT_STATE_DIR.into()),
-                Some(p) if p.as_os_str().is_empty() => None,
-                Some(p) if p.is_absolute() => Some(p.clone()),
+                None => StateDir::Default,
+                Some(p) if p.as_os_str().is_empty() => StateDir::Off,
+                Some(p) if p.is_absolute() => StateDir::Path(p.clone()),
                 Some(p) => {
                     return Err(format!(
                     "daemon.state_dir: {:?} must be an absolute path (or \"\" for no accounting)",
@@ -621,6 +638,15 @@ impl Config {
                 })?),
             },
         };
+        let mut notes = Vec::new();
+        if g.set_compute_mode == Some(true) && gpu.nvml && !gpu.mps {
+            notes.push(
+                "gpu.set_compute_mode = true applies only with gpu.mps = true (without MPS, \
+                 Exclusive_Process would let a single process use the GPU); compute modes are \
+                 left as they are"
+                    .to_string(),
+            );
+        }
         Ok(Config {
             daemon,
             gpu,
@@ -629,6 +655,7 @@ impl Config {
             group_defaults,
             clients,
             metrics,
+            notes,
         })
     }
 
@@ -916,15 +943,43 @@ mps_priority = "below-normal"
     }
 
     #[test]
+    fn the_shipped_example_has_no_setting_that_does_not_apply() {
+        let c = Config::parse(include_str!("../dist/gpushare.toml")).unwrap();
+        assert_eq!(c.notes, Vec::<String>::new());
+        assert_eq!(c.daemon.state_dir, StateDir::Default);
+    }
+
+    #[test]
+    fn a_compute_mode_asked_for_without_mps_is_noted() {
+        // the default (true) applies only with MPS: nothing to say
+        assert!(Config::parse("").unwrap().notes.is_empty());
+        assert!(
+            Config::parse("[gpu]\nmps = true\nset_compute_mode = true\n")
+                .unwrap()
+                .notes
+                .is_empty()
+        );
+        assert!(Config::parse("[gpu]\nset_compute_mode = false\n")
+            .unwrap()
+            .notes
+            .is_empty());
+        let c = Config::parse("[gpu]\nset_compute_mode = true\n").unwrap();
+        assert_eq!(c.notes.len(), 1, "{:?}", c.notes);
+        assert!(c.notes[0].contains("gpu.set_compute_mode"), "{:?}", c.notes);
+    }
+
+    #[test]
     fn metrics_are_off_unless_asked_and_the_state_dir_has_a_default() {
         let c = Config::parse("").unwrap();
         assert_eq!(c.metrics.listen, None);
-        assert_eq!(c.daemon.state_dir, Some(PathBuf::from(DEFAULT_STATE_DIR)));
+        assert_eq!(c.daemon.state_dir, StateDir::Default);
         let c =
             Config::parse("[daemon]\nstate_dir = \"\"\n[metrics]\nlisten = \"127.0.0.1:9464\"\n")
                 .unwrap();
         assert_eq!(c.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
-        assert_eq!(c.daemon.state_dir, None);
+        assert_eq!(c.daemon.state_dir, StateDir::Off);
+        let c = Config::parse("[daemon]\nstate_dir = \"/srv/gpushare\"\n").unwrap();
+        assert_eq!(c.daemon.state_dir, StateDir::Path("/srv/gpushare".into()));
         let c = Config::parse("[metrics]\nlisten = \"[::1]:9464\"\n").unwrap();
         assert_eq!(c.metrics.listen.unwrap().port(), 9464);
     }

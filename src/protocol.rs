@@ -26,6 +26,14 @@
 //! ListClients and ListDevices tell everyone, as JSON) in [`Reply::Status`] frames of at most
 //! [`MAX_FRAME`] bytes each, every one but the last flagged [`STATUS_MORE`], and closes the
 //! connection. [`StatusReader`] puts the document back together.
+//!
+//! In the same way, any process may ask for the usage kept in the daemon's state directory with
+//! [`Request::Usage`] (what the D-Bus method GetUsage answers: every user's rows to root and the
+//! members of `daemon.admin_groups`, the peer's own, by its uid, to anyone else): the
+//! rows come as a JSON list in [`Reply::Status`] frames, or the daemon answers [`Reply::Error`]
+//! with [`ErrorCode::Refused`] and its reason (no accounting, a grouping it does not know).
+//! Requests that never attach need no [`PROTOCOL_VERSION`] of their own: a hook never sends
+//! them, and a daemon older than one closes the connection at its unknown tag.
 
 use std::fmt;
 
@@ -165,6 +173,13 @@ pub enum Request {
     /// First and only request on a connection that reads the daemon's status, open to every
     /// user: answered by [`Reply::Status`] frames, after which the daemon closes the connection.
     Status,
+    /// First and only request on a connection that reads the usage kept in the state directory,
+    /// as GetUsage over D-Bus: over the last `since_seconds` (0: all of it, counted by whole
+    /// hours), grouped `by` "user", "client" or "day"; every user's for root and the members of
+    /// `daemon.admin_groups`, the peer's own (by its uid) for anyone else. Answered by
+    /// [`Reply::Status`] frames
+    /// carrying the rows as JSON, or by [`Reply::Error`]; then the daemon closes the connection.
+    Usage { since_seconds: u64, by: String },
 }
 
 /// What the daemon answers.
@@ -218,8 +233,8 @@ pub enum Reply {
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
-    /// A piece of the status document (UTF-8 JSON, cut anywhere); `flags`: [`STATUS_MORE`] on
-    /// every piece but the last.
+    /// A piece of the status document, or of the usage rows (UTF-8 JSON, cut anywhere);
+    /// `flags`: [`STATUS_MORE`] on every piece but the last.
     Status { flags: u32, data: Vec<u8> },
 }
 
@@ -419,6 +434,7 @@ impl Request {
             Request::Extend { .. } => 7,
             Request::Watch { .. } => 8,
             Request::Status => 9,
+            Request::Usage { .. } => 10,
         });
         match self {
             Request::Hello {
@@ -438,6 +454,10 @@ impl Request {
                 }
             }
             Request::Status => {}
+            Request::Usage { since_seconds, by } => {
+                f.u64(*since_seconds);
+                f.str(by);
+            }
             Request::Acquire { device } => f.put(&device.0),
             Request::Extend { device, launches } => {
                 f.put(&device.0);
@@ -532,6 +552,10 @@ impl Request {
             },
             8 => Request::Watch { session: r.u64()? },
             9 => Request::Status,
+            10 => Request::Usage {
+                since_seconds: r.u64()?,
+                by: r.str()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -758,6 +782,14 @@ mod tests {
             },
             Request::Watch { session: 77 },
             Request::Status,
+            Request::Usage {
+                since_seconds: 7 * 86400,
+                by: "client".into(),
+            },
+            Request::Usage {
+                since_seconds: 0,
+                by: String::new(),
+            },
         ] {
             let f = r.to_frame().unwrap();
             assert_eq!(Request::decode(payload(&f)).unwrap(), r);

@@ -1,5 +1,6 @@
 //! The Prometheus endpoint of a real gpushared: the exposition text as scraped, config reloads
-//! that move it or get its address wrong, and a real Prometheus scraping and querying it.
+//! that move it or get its address wrong, and a real Prometheus scraping and querying it, with
+//! every query of the shipped Grafana dashboard.
 
 mod common;
 use common::*;
@@ -122,6 +123,44 @@ fn a_scrape_reports_usage_per_client_and_user() {
     assert_eq!(m["gpushare_config_reload_failures_total"], 0.0);
     assert_eq!(m["gpushare_config_last_reload_successful"], 1.0);
     assert_eq!(m["gpushare_mps_restarts_total"], 0.0);
+    // per GPU, with dcgm-exporter's labels; without NVML the GPU has no index
+    let gpu = format!(
+        "gpu=\"\",UUID=\"{GPU0}\",Hostname=\"{}\"",
+        nix::unistd::gethostname().unwrap().to_string_lossy()
+    );
+    let on_gpu = format!("{{{gpu},client=\"train\"}}");
+    assert!(
+        m[&format!("gpushare_gpu_client_gpu_seconds_total{on_gpu}")] >= 0.3,
+        "{m:?}"
+    );
+    assert!(m.contains_key(&format!("gpushare_gpu_client_wait_seconds_total{on_gpu}")));
+    assert_eq!(
+        m[&format!("gpushare_gpu_client_memory_reserved_bytes{on_gpu}")],
+        (1u64 << 20) as f64
+    );
+    assert!(
+        !m.keys()
+            .any(|k| k.starts_with("gpushare_gpu_client_memory_used_bytes")),
+        "NVML's figure only where NVML lists the GPU"
+    );
+    assert_eq!(
+        m[&format!("gpushare_gpu_client_waiting_processes{on_gpu}")],
+        0.0
+    );
+    assert_eq!(m[&format!("gpushare_gpu_holders{{{gpu}}}")], 0.0);
+    assert_eq!(m[&format!("gpushare_gpu_waiting_processes{{{gpu}}}")], 0.0);
+    assert_eq!(
+        m[&format!("gpushare_gpu_lease_mode{{{gpu},mode=\"together\"}}")],
+        1.0
+    );
+    assert_eq!(
+        m[&format!("gpushare_gpu_lease_mode{{{gpu},mode=\"turns\"}}")],
+        0.0
+    );
+    assert_eq!(
+        m[&format!("gpushare_gpu_flagged_processes{{{gpu},kind=\"unattached\"}}")],
+        0.0
+    );
     let text = scrape(port);
     assert!(
         text.contains("# TYPE gpushare_client_gpu_seconds counter\n")
@@ -359,4 +398,170 @@ fn prometheus_scrapes_the_daemon_and_sums_usage_by_user() {
     let up = prom.query("up{job=\"gpushare\"}");
     assert_eq!(up.len(), 1, "{up:?}");
     assert_eq!(up[0].1, 1.0, "{}", prom.log());
+}
+
+/// The shipped Grafana dashboard (dist/grafana/gpushare.json).
+const DASHBOARD: &str = include_str!("../dist/grafana/gpushare.json");
+
+/// Every PromQL expression of a dashboard: the `expr` of each panel's targets, rows' panels
+/// included.
+fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let Some(serde_json::Value::String(e)) = o.get("expr") {
+                    out.push(e.clone());
+                }
+                o.values().for_each(|v| walk(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(dashboard, &mut out);
+    out
+}
+
+/// An expression as Grafana sends it: its variables replaced by what they stand for (every
+/// daemon; the rate interval of a 1 s scrape).
+fn as_grafana_sends(expr: &str) -> String {
+    let e = expr
+        .replace("$__rate_interval", "5s")
+        .replace("$instance", ".+");
+    assert!(
+        !e.contains('$'),
+        "a variable the test does not know: {expr}"
+    );
+    e
+}
+
+/// Every query of the shipped dashboard parses and returns data from a real Prometheus scraping
+/// a daemon whose GPU (the fake NVML) has an attached process of client `train` (capped,
+/// holding memory and leases), a second process of another user on another GPU, and a process
+/// that bypasses the hook.
+#[test]
+fn every_query_of_the_dashboard_runs_on_prometheus() {
+    let dashboard: serde_json::Value = serde_json::from_str(DASHBOARD).expect("JSON");
+    let queries = dashboard_queries(&dashboard);
+    assert!(queries.len() >= 10, "{queries:?}");
+    let Some(binary) = find_prometheus() else {
+        assert!(
+            !nix::unistd::Uid::effective().is_root(),
+            "prometheus is not installed: apt-get install prometheus (tests/run.sh does)"
+        );
+        eprintln!("SKIPPED: prometheus is not installed and not running as root to install it");
+        return;
+    };
+    require_root();
+    let dave = test_user("gpstest-dave");
+    let port = free_port();
+    // a process on the fake GPU that never attaches
+    let mut bypass = Command::new("sleep").arg("600").spawn().unwrap();
+    let me = std::process::id();
+    let d = Daemon::builder()
+        .fake_gpu(
+            FakeGpu::new(&format!(
+                "count 1\nmode 0 0\nproc 0 {me} 1048576\nproc 0 {} 4194304\n",
+                bypass.id()
+            ))
+            .without_mps(),
+        )
+        .table("gpu", "scan_interval = \"1s\"")
+        .config(&config(port))
+        .start();
+    let gpu = gpushare::protocol::DeviceId::parse("GPU-fa4e0000-0000-0000-0000-000000000000")
+        .expect("the fake NVML's first UUID");
+    let prom = Prometheus::start(&binary, port);
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Ends the busy loop however the test ends, so that a failure does not hang it.
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let mut empty = Vec::new();
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            let mut p = d.connect();
+            p.hello("train");
+            assert_eq!(
+                p.reserve(gpu, 1 << 20),
+                Some(Reply::Reserved { used: 1 << 20 })
+            );
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                p.send(&Request::Acquire { device: gpu });
+                assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
+                std::thread::sleep(Duration::from_millis(100));
+                p.send(&Request::Release {
+                    device: gpu,
+                    busy_ns: 0,
+                    launches: 0,
+                });
+            }
+        });
+        let mut dave = hold_leases_as(dave, &d.socket, "", 1_000_000, Duration::from_millis(100));
+        // each query parses (Prometheus::query checks that); wait until each returns data
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            empty = queries
+                .iter()
+                .filter(|q| prom.query(&as_grafana_sends(q)).is_empty())
+                .cloned()
+                .collect();
+            if empty.is_empty() || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let _ = dave.kill();
+        let _ = dave.wait();
+    });
+    let _ = bypass.kill();
+    let _ = bypass.wait();
+    assert!(
+        empty.is_empty(),
+        "queries of the dashboard without data after 120 s: {empty:#?}"
+    );
+
+    // the figures behind the panels, as the scenario made them
+    let of = |q: &str| prom.query(q);
+    let reserved = of("gpushare_gpu_client_memory_reserved_bytes{client=\"train\",gpu=\"0\"}");
+    assert_eq!(reserved.len(), 1, "{reserved:?}");
+    assert_eq!(reserved[0].1, (1u64 << 20) as f64);
+    assert_eq!(
+        reserved[0].0["UUID"], "GPU-fa4e0000-0000-0000-0000-000000000000",
+        "{reserved:?}"
+    );
+    let used = of("gpushare_gpu_client_memory_used_bytes{client=\"train\",gpu=\"0\"}");
+    assert_eq!(
+        used[0].1,
+        (1u64 << 20) as f64,
+        "NVML's count of the process"
+    );
+    let flagged = of("gpushare_gpu_flagged_processes{gpu=\"0\",kind=\"unattached\"}");
+    assert_eq!(flagged[0].1, 1.0, "{flagged:?}");
+    let mode = of("gpushare_gpu_lease_mode{gpu=\"0\"} == 1");
+    assert_eq!(mode.len(), 1, "one mode at a time: {mode:?}");
+    let host = nix::unistd::gethostname().unwrap();
+    assert_eq!(mode[0].0["Hostname"], host.to_string_lossy().as_ref());
+
+    // the dashboard's variable: label_values(METRIC, LABEL) finds the daemon
+    let templating = dashboard["templating"]["list"].as_array().unwrap();
+    for v in templating.iter().filter(|v| v["type"] == "query") {
+        let q = v["definition"].as_str().unwrap();
+        let inner = q
+            .strip_prefix("label_values(")
+            .and_then(|r| r.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("{q}"));
+        let (metric, label) = inner.split_once(", ").unwrap();
+        let rows = of(metric);
+        assert!(
+            rows.iter().any(|(m, _)| m.get(label).is_some()),
+            "{q}: {rows:?}"
+        );
+    }
 }

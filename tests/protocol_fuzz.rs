@@ -50,6 +50,8 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|(device, launches)| Request::Extend { device, launches }),
         any::<u64>().prop_map(|session| Request::Watch { session }),
         Just(Request::Status),
+        (any::<u64>(), "[a-z]{0,10}")
+            .prop_map(|(since_seconds, by)| Request::Usage { since_seconds, by }),
     ]
 }
 

@@ -18,16 +18,16 @@ use std::path::PathBuf;
 /// Shows and changes what gpushared does, and runs programs under it. Reading needs no
 /// privileges; changing clients needs root, a group in the daemon's admin_groups, or the polkit
 /// action org.gpushare1.manage. Errors from the daemon are printed as its sentence and exit with
-/// status 2. status, clients and top read the daemon's D-Bus API and, when no bus serves it, its
-/// socket.
+/// status 2. status, clients, top and usage read the daemon's D-Bus API and, when no bus serves
+/// it, its socket.
 #[derive(Debug, Parser)]
 #[command(name = "gpushare", version)]
 pub struct Cli {
     /// D-Bus bus the daemon serves on: system, session, an address (unix:path=...), or none.
     #[arg(long, global = true, default_value = "system", env = "GPUSHARE_BUS")]
     pub bus: BusChoice,
-    /// The daemon's socket: for check, and for status, clients and top when no bus serves the
-    /// daemon.
+    /// The daemon's socket: for check, and for status, clients, top and usage when no bus serves
+    /// the daemon.
     #[arg(
         long,
         global = true,
@@ -94,7 +94,8 @@ pub enum Command {
         /// Client name.
         name: String,
     },
-    /// Show the GPU time and memory-time used, as kept by the daemon across restarts.
+    /// Show the GPU time and memory-time used, as kept by the daemon across restarts: every
+    /// user's to root and the daemon's admin_groups, your own to anyone else.
     Usage {
         /// Only the last DURATION, counted by whole hours, e.g. 7d, 12h or 30min (default: all
         /// that is kept).
@@ -259,6 +260,11 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             return output::clients(cli.json, &clients);
         }
         Command::Top => return top::run(&cli.bus, &cli.socket).await,
+        Command::Usage { since, by } => {
+            let seconds = since.as_deref().map(since_arg).transpose()?.unwrap_or(0);
+            let rows = source::Source::usage(&cli.bus, &cli.socket, seconds, &by).await?;
+            return output::usage(cli.json, &by, &rows);
+        }
         _ => {}
     }
     let m = proxy(&cli.bus).await?;
@@ -307,17 +313,13 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                 .await?;
         }
         Command::Unregister { name } => m.unregister_client(&name).await?,
-        Command::Usage { since, by } => {
-            let seconds = since.as_deref().map(since_arg).transpose()?.unwrap_or(0);
-            let rows = m.get_usage(seconds, &by).await?;
-            output::usage(cli.json, &by, &rows)?;
-        }
         Command::Reload => m.reload().await?,
         Command::Run { .. }
         | Command::Check { .. }
         | Command::Status
         | Command::Clients
-        | Command::Top => unreachable!("handled above"),
+        | Command::Top
+        | Command::Usage { .. } => unreachable!("handled above"),
     }
     Ok(())
 }

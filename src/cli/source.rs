@@ -1,13 +1,13 @@
-//! Where `status`, `clients` and `top` read the daemon: its D-Bus API, or, when no bus serves
-//! it (a daemon started with `--bus none`, a machine without a system bus), the status request
-//! on its socket. Both give the same document, an [`api::Status`]: the manager's properties, and
-//! the devices, flagged processes and clients as ListDevices, ListFlaggedProcesses and
-//! ListClients report them.
+//! Where `status`, `clients`, `top` and `usage` read the daemon: its D-Bus API, or, when no bus
+//! serves it (a daemon started with `--bus none`, a machine without a system bus), the status
+//! and usage requests on its socket. Both give the same document, an [`api::Status`]: the
+//! manager's properties, and the devices, flagged processes and clients as ListDevices,
+//! ListFlaggedProcesses and ListClients report them; and the same usage rows as GetUsage.
 //!
 //! [`api::Status`]: crate::api::Status
 
 use super::{Failure, ManagerProxy};
-use crate::api::{Client, Status};
+use crate::api::{Client, Status, UsageRow};
 use crate::bus::BusChoice;
 use crate::protocol::{frame_len, Reply, Request, StatusReader};
 use std::io::{Read, Write};
@@ -39,17 +39,48 @@ impl Source {
         };
         match socket_status(socket) {
             Ok(doc) => Ok((Source::Socket(socket.to_path_buf()), doc)),
-            Err(socket_error) => {
-                let mut message = String::from("cannot reach gpushared: ");
-                if let Some(e) = bus_error {
-                    message.push_str(&format!("on the {bus} bus: {e}; "));
+            Err(socket_error) => Err(unreachable(bus, bus_error, socket, &socket_error)),
+        }
+    }
+
+    /// The usage rows (GetUsage's arguments) through D-Bus or, when no bus serves the daemon,
+    /// through the socket. A refusal (no accounting, a bad grouping) is the daemon's answer
+    /// either way: exit status 2, and no second try.
+    pub async fn usage(
+        bus: &BusChoice,
+        socket: &Path,
+        since_seconds: u64,
+        by: &str,
+    ) -> Result<Vec<UsageRow>, Failure> {
+        let bus_error = if *bus == BusChoice::None {
+            None
+        } else {
+            let asked = match proxy(bus).await {
+                Ok(proxy) => proxy.get_usage(since_seconds, by).await,
+                Err(e) => Err(e),
+            };
+            match asked {
+                Ok(rows) => return Ok(rows),
+                // the daemon's own refusal; others (no daemon owns the name) try the socket
+                Err(zbus::Error::MethodError(name, message, reply))
+                    if name.starts_with("org.gpushare1.Error.") =>
+                {
+                    return Err(zbus::Error::MethodError(name, message, reply).into())
                 }
-                message.push_str(&format!(
-                    "on its socket {}: {socket_error}; is the gpushare service running?",
-                    socket.display()
-                ));
-                Err(Failure { message, code: 1 })
+                Err(e) => Some(e),
             }
+        };
+        let request = Request::Usage {
+            since_seconds,
+            by: by.to_string(),
+        };
+        match socket_document(socket, &request, "its usage") {
+            Ok(doc) => serde_json::from_slice(&doc).map_err(|e| Failure {
+                message: format!("the daemon's usage is not JSON: {e}"),
+                code: 1,
+            }),
+            Err(SocketError::Refused(message)) => Err(Failure { message, code: 2 }),
+            Err(SocketError::Unreachable(e)) => Err(unreachable(bus, bus_error, socket, &e)),
         }
     }
 
@@ -99,31 +130,71 @@ async fn proxy_status(m: &ManagerProxy<'static>) -> zbus::Result<Status> {
     })
 }
 
-/// Asks the daemon's socket for its status document.
-pub fn socket_status(socket: &Path) -> Result<Status, String> {
-    let mut s = UnixStream::connect(socket).map_err(|e| e.to_string())?;
+/// Why neither way reached the daemon, naming each and why it failed.
+fn unreachable(
+    bus: &BusChoice,
+    bus_error: Option<zbus::Error>,
+    socket: &Path,
+    socket_error: &str,
+) -> Failure {
+    let mut message = String::from("cannot reach gpushared: ");
+    if let Some(e) = bus_error {
+        message.push_str(&format!("on the {bus} bus: {e}; "));
+    }
+    message.push_str(&format!(
+        "on its socket {}: {socket_error}; is the gpushare service running?",
+        socket.display()
+    ));
+    Failure { message, code: 1 }
+}
+
+/// Why a document did not come over the socket.
+enum SocketError {
+    /// The daemon answered with a refusal (its sentence).
+    Refused(String),
+    /// No answer: the socket, the connection or the frames failed.
+    Unreachable(String),
+}
+
+/// Sends `request` (one that never attaches) to the daemon's socket and reads the JSON document
+/// that comes back in [`Reply::Status`] frames; `what` names it in errors.
+fn socket_document(socket: &Path, request: &Request, what: &str) -> Result<Vec<u8>, SocketError> {
+    let io = |e: std::io::Error| SocketError::Unreachable(e.to_string());
+    let mut s = UnixStream::connect(socket).map_err(io)?;
     s.set_read_timeout(Some(SOCKET_TIMEOUT))
         .and_then(|()| s.set_write_timeout(Some(SOCKET_TIMEOUT)))
-        .map_err(|e| e.to_string())?;
-    let frame = Request::Status.encode().map_err(|e| e.to_string())?;
-    s.write_all(frame.as_bytes()).map_err(|e| e.to_string())?;
+        .map_err(io)?;
+    let frame = request
+        .encode()
+        .map_err(|e| SocketError::Unreachable(e.to_string()))?;
+    s.write_all(frame.as_bytes()).map_err(io)?;
     let mut reader = StatusReader::default();
     loop {
         let mut header = [0u8; 4];
         s.read_exact(&mut header).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => {
-                "the daemon closed the connection before it sent its status (a daemon older than \
+            std::io::ErrorKind::UnexpectedEof => SocketError::Unreachable(format!(
+                "the daemon closed the connection before it sent {what} (a daemon older than \
                  this gpushare does not serve it)"
-                    .to_string()
-            }
-            _ => e.to_string(),
+            )),
+            _ => io(e),
         })?;
-        let mut payload = vec![0u8; frame_len(header).map_err(|e| e.to_string())?];
-        s.read_exact(&mut payload).map_err(|e| e.to_string())?;
-        let reply = Reply::decode(&payload).map_err(|e| e.to_string())?;
-        if let Some(doc) = reader.push(reply)? {
-            return serde_json::from_slice(&doc)
-                .map_err(|e| format!("the daemon's status is not JSON: {e}"));
+        let len = frame_len(header).map_err(|e| SocketError::Unreachable(e.to_string()))?;
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).map_err(io)?;
+        let reply = Reply::decode(&payload).map_err(|e| SocketError::Unreachable(e.to_string()))?;
+        if let Reply::Error { message, .. } = reply {
+            return Err(SocketError::Refused(message));
+        }
+        if let Some(doc) = reader.push(reply).map_err(SocketError::Unreachable)? {
+            return Ok(doc);
         }
     }
+}
+
+/// Asks the daemon's socket for its status document.
+pub fn socket_status(socket: &Path) -> Result<Status, String> {
+    let doc = socket_document(socket, &Request::Status, "its status").map_err(|e| match e {
+        SocketError::Refused(m) | SocketError::Unreachable(m) => m,
+    })?;
+    serde_json::from_slice(&doc).map_err(|e| format!("the daemon's status is not JSON: {e}"))
 }

@@ -6,8 +6,10 @@
 //! holds the state's lock. A database that cannot be opened leaves the daemon running without
 //! accounting; a corrupt one is moved aside and started anew.
 
+use super::identity::Identity;
 use super::state::State;
 use super::usage::{Pending, Tally, Totals};
+use crate::api;
 use crate::scheduler::fair_share::decayed;
 use rusqlite::{params, Connection, ErrorCode};
 use std::collections::BTreeMap;
@@ -183,17 +185,24 @@ impl Store {
         tx.commit()
     }
 
-    /// Usage since `since` (Unix seconds; the hour it falls in counts whole), grouped `by`.
-    pub fn query(&self, since: Option<i64>, by: By) -> rusqlite::Result<Vec<Row>> {
+    /// Usage since `since` (Unix seconds; the hour it falls in counts whole), grouped `by`: of
+    /// every user, or only of the user named `only` (their clients and days, with their own
+    /// figures in them).
+    pub fn query(
+        &self,
+        since: Option<i64>,
+        by: By,
+        only: Option<&str>,
+    ) -> rusqlite::Result<Vec<Row>> {
         let sql = format!(
             "SELECT {key}, SUM(gpu_ns), SUM(leases), SUM(wait_ns), SUM(memory_byte_seconds),
                     MIN(hour), MAX(hour)
-             FROM usage WHERE hour > ?1 GROUP BY 1 ORDER BY 1",
+             FROM usage WHERE hour > ?1 AND (?2 IS NULL OR user = ?2) GROUP BY 1 ORDER BY 1",
             key = by.column()
         );
         let after = since.map_or(i64::MIN, |s| s - 3600);
         let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map([after], |r| {
+        let rows = stmt.query_map(params![after, only], |r| {
             Ok(Row {
                 key: r.get(0)?,
                 totals: Totals {
@@ -269,16 +278,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Accounting {
-    /// Accounting into `dir` (`None`: only the running totals, for the metrics). Opens the
-    /// database on a blocking thread; failing that, logs why and keeps only the running totals.
-    pub async fn start(state: Arc<Mutex<State>>, dir: Option<PathBuf>) -> Accounting {
+    /// Accounting into `dir` (an error says why there is none: then only the running totals
+    /// are kept, for the metrics). Opens the database on a blocking thread; failing that, logs
+    /// why and keeps only the running totals.
+    pub async fn start(state: Arc<Mutex<State>>, dir: Result<PathBuf, String>) -> Accounting {
         let store = match dir {
-            None => {
-                let why = "usage accounting is off: daemon.state_dir is empty".to_string();
+            Err(none) => {
+                let why = format!("usage accounting is off: {none}");
                 tracing::info!("{why}");
                 Err(why)
             }
-            Some(dir) => {
+            Ok(dir) => {
                 let opened = tokio::task::spawn_blocking(move || Store::open(&dir))
                     .await
                     .unwrap_or_else(|e| Err(e.to_string()));
@@ -358,9 +368,14 @@ impl Accounting {
         }
     }
 
-    /// Usage over the last `since` (all of it with `None`), grouped `by`, the latest included
-    /// unless it cannot be written now (blocking).
-    pub fn usage(&self, since: Option<Duration>, by: By) -> Result<Vec<Row>, String> {
+    /// Usage over the last `since` (all of it with `None`), grouped `by`, of every user or only
+    /// of the user named `only`, the latest included unless it cannot be written now (blocking).
+    pub fn usage(
+        &self,
+        since: Option<Duration>,
+        by: By,
+        only: Option<&str>,
+    ) -> Result<Vec<Row>, String> {
         let store = self.store.as_ref().map_err(Clone::clone)?;
         self.sample();
         // a failed write is logged and counted; what is on disk is still worth reading
@@ -369,9 +384,67 @@ impl Accounting {
             since.map(|d| unix_now().saturating_sub(d.as_secs().min(i64::MAX as u64) as i64));
         let store = lock(store);
         store
-            .query(since, by)
+            .query(since, by, only)
             .map_err(|e| format!("cannot read {}: {e}", store.path().display()))
     }
+}
+
+/// Why a usage query got no rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryError {
+    /// The query asked for something there is not (a grouping other than user, client or day).
+    InvalidArgument(String),
+    /// There is no accounting, or the database could not be read.
+    Failed(String),
+}
+
+/// A row as GetUsage and the socket's usage request report it, the group's name under the key
+/// `by` names.
+fn usage_record(by: By, r: Row) -> api::UsageRow {
+    let mut row = api::UsageRow {
+        gpu_ns: r.totals.gpu_ns,
+        memory_byte_seconds: r.totals.memory_byte_seconds,
+        wait_ns: r.totals.wait_ns,
+        leases: r.totals.leases,
+        first_hour: r.first_hour,
+        last_hour: r.last_hour,
+        ..api::UsageRow::default()
+    };
+    let group = match by {
+        By::User => &mut row.user,
+        By::Client => &mut row.client,
+        By::Day => &mut row.day,
+    };
+    *group = Some(r.key);
+    row
+}
+
+/// The usage query that D-Bus (GetUsage) and the socket ([`crate::protocol::Request::Usage`])
+/// both answer with: the rows over the last `since_seconds` (0: all of it), grouped `by` "user",
+/// "client" or "day", as the caller `uid` may see them. The caller is who the bus daemon
+/// (GetConnectionUnixUser) or the kernel (SO_PEERCRED) says it is, and its groups are the user
+/// database's, on both alike. An administrator ([`Identity::is_admin`]: root or a member of
+/// `daemon.admin_groups`, as for changes) gets every user's rows; anyone else only their own:
+/// their row by user, the clients and days they used, with their own figures. The user
+/// database and the disk are read on a blocking thread.
+pub async fn query(
+    accounting: Arc<Accounting>,
+    uid: u32,
+    since_seconds: u64,
+    by: &str,
+) -> Result<Vec<api::UsageRow>, QueryError> {
+    let by: By = by.parse().map_err(QueryError::InvalidArgument)?;
+    let since = (since_seconds > 0).then(|| Duration::from_secs(since_seconds));
+    let admin_groups = lock(&accounting.state).config.daemon.admin_groups.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        let who = Identity::lookup(uid, None);
+        let only = (!who.is_admin(&admin_groups)).then_some(who.user);
+        accounting.usage(since, by, only.as_deref())
+    })
+    .await
+    .map_err(|e| QueryError::Failed(e.to_string()))?
+    .map_err(QueryError::Failed)?;
+    Ok(rows.into_iter().map(|r| usage_record(by, r)).collect())
 }
 
 impl Accounting {
@@ -472,14 +545,14 @@ mod tests {
         drop(s);
         // reopened: all still there
         let s = Store::open(&dir.path().join("state")).unwrap();
-        let users = s.query(None, By::User).unwrap();
+        let users = s.query(None, By::User, None).unwrap();
         assert_eq!(users.len(), 2);
         assert_eq!(users[0].key, "alice");
         assert_eq!(users[0].totals.gpu_ns, 12_000_000_000);
         assert_eq!(users[0].totals.leases, 3);
         assert_eq!(users[0].totals.memory_byte_seconds, 4.5);
         assert_eq!(users[0].first_hour, now - 10 * 86400);
-        let recent = s.query(Some(now + 1800), By::Client).unwrap();
+        let recent = s.query(Some(now + 1800), By::Client, None).unwrap();
         assert_eq!(
             recent.len(),
             1,
@@ -489,9 +562,26 @@ mod tests {
             (recent[0].key.as_str(), recent[0].totals.gpu_ns),
             ("train", 6_000_000_000)
         );
-        let days = s.query(None, By::Day).unwrap();
+        let days = s.query(None, By::Day, None).unwrap();
         assert_eq!(days.len(), 2);
         assert!(days.iter().all(|d| d.key.len() == 10), "{days:?}");
+
+        // one user's own rows: their row by user, their clients with their own figures
+        let bobs = s.query(None, By::User, Some("bob")).unwrap();
+        assert_eq!(bobs.len(), 1);
+        assert_eq!(
+            (bobs[0].key.as_str(), bobs[0].totals.gpu_ns),
+            ("bob", 1_000_000_000)
+        );
+        let clients = s.query(None, By::Client, Some("bob")).unwrap();
+        assert_eq!(clients.len(), 1, "not alice's user.alice: {clients:?}");
+        assert_eq!(
+            (clients[0].key.as_str(), clients[0].totals.gpu_ns),
+            ("train", 1_000_000_000),
+            "only bob's part of train"
+        );
+        assert_eq!(s.query(None, By::Day, Some("bob")).unwrap().len(), 1);
+        assert!(s.query(None, By::User, Some("carol")).unwrap().is_empty());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use crate::bus::BusChoice;
 use crate::config::DEFAULT_CONFIG_PATH;
+use clap::builder::TypedValueParser;
 use clap::Parser;
 use std::path::PathBuf;
 
@@ -21,8 +22,11 @@ pub struct DaemonArgs {
     /// Directory of the hook socket, overriding daemon.socket_dir.
     #[arg(long)]
     pub socket_dir: Option<PathBuf>,
-    /// Directory of the usage accounting database, overriding daemon.state_dir.
-    #[arg(long)]
+    /// Directory of what is kept across restarts (usage accounting, registered clients),
+    /// overriding daemon.state_dir; "" keeps nothing. Without either: $STATE_DIRECTORY (set by
+    /// systemd), else /var/lib/gpushare where the daemon may write it, else
+    /// $XDG_STATE_HOME/gpushare or ~/.local/state/gpushare.
+    #[arg(long, value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from))]
     pub state_dir: Option<PathBuf>,
     /// D-Bus bus to serve on: system, session, none, or an address (unix:path=...).
     #[arg(long, default_value = "system", env = "GPUSHARE_BUS")]

@@ -1,12 +1,12 @@
 //! `org.gpushare1.Manager` on `/org/gpushare1`: register clients, change shares, read usage.
-//! Reads are open to everyone; writes need root, a group in `admin_groups`, or the polkit action
-//! `org.gpushare1.manage`.
+//! Reads are open to everyone, usage to each user for their own rows (root and `admin_groups` for
+//! all); writes need root, a group in `admin_groups`, or the polkit action `org.gpushare1.manage`.
 
 // RegisterClient and ProcessViolation carry many arguments, as D-Bus methods and signals do
 // (zbus generates functions from them that an attribute on the method cannot reach).
 #![allow(clippy::too_many_arguments)]
 
-use super::accounting::{Accounting, By, Row};
+use super::accounting::{self, Accounting, QueryError};
 use super::identity::Identity;
 use super::state::{ClientDeviceReport, ClientReport, Event, State, StateError};
 use crate::api;
@@ -107,26 +107,6 @@ fn client_device_record(r: &ClientDeviceReport) -> api::ClientDevice {
     }
 }
 
-/// A row of GetUsage, the group's name under the key `by` names.
-fn usage_record(by: By, r: Row) -> api::UsageRow {
-    let mut row = api::UsageRow {
-        gpu_ns: r.totals.gpu_ns,
-        memory_byte_seconds: r.totals.memory_byte_seconds,
-        wait_ns: r.totals.wait_ns,
-        leases: r.totals.leases,
-        first_hour: r.first_hour,
-        last_hour: r.last_hour,
-        ..api::UsageRow::default()
-    };
-    let group = match by {
-        By::User => &mut row.user,
-        By::Client => &mut row.client,
-        By::Day => &mut row.day,
-    };
-    *group = Some(r.key);
-    row
-}
-
 fn check_number(what: &str, v: f64) -> Result<(), Error> {
     if v.is_finite() {
         Ok(())
@@ -140,27 +120,16 @@ impl Manager {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Refuses the call unless its sender may change shares.
+    /// Refuses the call unless its sender may change shares: an administrator
+    /// ([`Identity::is_admin`]) or a holder of the polkit action.
     async fn authorize(&self, header: &Header<'_>, conn: &zbus::Connection) -> Result<(), Error> {
-        let sender = header
-            .sender()
-            .ok_or_else(|| Error::NotAuthorized("caller has no bus name".into()))?;
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        let uid = dbus
-            .get_connection_unix_user(zbus::names::BusName::Unique(sender.to_owned()))
-            .await
-            .map_err(|e| Error::NotAuthorized(format!("cannot tell who the caller is: {e}")))?;
-        if uid == 0 {
-            return Ok(());
-        }
+        let (sender, uid) = caller(header, conn).await?;
         let admin_groups = self.lock().config.daemon.admin_groups.clone();
-        if !admin_groups.is_empty() {
-            let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, None))
-                .await
-                .map_err(|e| Error::Failed(e.to_string()))?;
-            if who.in_any_group(&admin_groups) {
-                return Ok(());
-            }
+        let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, None))
+            .await
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        if who.is_admin(&admin_groups) {
+            return Ok(());
         }
         if self.use_polkit && polkit_allows(conn, sender.as_str()).await {
             return Ok(());
@@ -175,6 +144,23 @@ impl Manager {
     fn changed(&self) {
         self.wake.notify_one();
     }
+}
+
+/// The call's sender: its unique bus name and the uid the bus daemon says it runs as
+/// (GetConnectionUnixUser).
+async fn caller<'h>(
+    header: &'h Header<'_>,
+    conn: &zbus::Connection,
+) -> Result<(&'h zbus::names::UniqueName<'h>, u32), Error> {
+    let sender = header
+        .sender()
+        .ok_or_else(|| Error::NotAuthorized("caller has no bus name".into()))?;
+    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+    let uid = dbus
+        .get_connection_unix_user(zbus::names::BusName::Unique(sender.to_owned()))
+        .await
+        .map_err(|e| Error::NotAuthorized(format!("cannot tell who the caller is: {e}")))?;
+    Ok((sender, uid))
 }
 
 /// Asks polkit whether the bus name `sender` may perform `org.gpushare1.manage`.
@@ -353,16 +339,23 @@ impl Manager {
     /// whole hours), grouped `by` "user", "client" or "day" (the server's local calendar days).
     /// Each entry has the group's name under that key, `gpu_ns` (GPU time charged),
     /// `memory_byte_seconds` (device memory held over time), `wait_ns` (time processes waited
-    /// for a lease), `leases`, and `first_hour` and `last_hour` (Unix seconds).
-    async fn get_usage(&self, since_seconds: u64, by: String) -> Result<Vec<api::UsageRow>, Error> {
-        let by: By = by.parse().map_err(Error::InvalidArgument)?;
-        let since = (since_seconds > 0).then(|| std::time::Duration::from_secs(since_seconds));
-        let accounting = self.accounting.clone();
-        let rows = tokio::task::spawn_blocking(move || accounting.usage(since, by))
+    /// for a lease), `leases`, and `first_hour` and `last_hour` (Unix seconds). Root and the
+    /// members of `admin_groups` get every user's rows; anyone else only their own (their row by
+    /// user, and the clients and days they used, with their own figures).
+    async fn get_usage(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        since_seconds: u64,
+        by: String,
+    ) -> Result<Vec<api::UsageRow>, Error> {
+        let (_, uid) = caller(&header, conn).await?;
+        accounting::query(self.accounting.clone(), uid, since_seconds, &by)
             .await
-            .map_err(|e| Error::Failed(e.to_string()))?
-            .map_err(Error::Failed)?;
-        Ok(rows.into_iter().map(|r| usage_record(by, r)).collect())
+            .map_err(|e| match e {
+                QueryError::InvalidArgument(m) => Error::InvalidArgument(m),
+                QueryError::Failed(m) => Error::Failed(m),
+            })
     }
 
     /// The managed GPUs with live memory and state; `leases`, how leases run on each now: mps,

@@ -54,6 +54,13 @@ impl Identity {
         self.uid == 0
     }
 
+    /// Whether this identity administers the daemon: root, or a member of one of `admin_groups`
+    /// (`daemon.admin_groups`). Administrators may change clients and read every user's usage;
+    /// everyone else reads only their own.
+    pub fn is_admin(&self, admin_groups: &[String]) -> bool {
+        self.is_root() || self.in_any_group(admin_groups)
+    }
+
     pub fn in_any_group(&self, groups: &[String]) -> bool {
         groups.iter().any(|g| {
             self.groups.contains(g) || g.parse::<u32>().is_ok_and(|n| self.gids.contains(&n))
@@ -108,6 +115,22 @@ mod tests {
             gids: vec![],
         };
         assert!(root.may_attach(&access(&[], &[])));
+    }
+
+    #[test]
+    fn admins_are_root_and_the_admin_groups() {
+        let admins = vec!["ml".to_string()];
+        assert!(alice().is_admin(&admins));
+        assert!(alice().is_admin(&["2000".to_string()]));
+        assert!(!alice().is_admin(&["staff".to_string()]));
+        assert!(!alice().is_admin(&[]));
+        let root = Identity {
+            uid: 0,
+            user: "root".into(),
+            groups: vec![],
+            gids: vec![],
+        };
+        assert!(root.is_admin(&[]));
     }
 
     #[test]

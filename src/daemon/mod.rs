@@ -7,13 +7,13 @@ pub mod config_watch;
 pub mod dbus_api;
 pub mod dbus_objects;
 pub mod gpu_events;
-pub mod http;
 pub mod identity;
 pub mod metrics;
 pub mod registrations;
 pub mod service_notify;
 pub mod socket_server;
 pub mod state;
+pub mod state_dir;
 pub mod status;
 pub mod usage;
 
@@ -40,11 +40,29 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.socket_dir {
         config.daemon.socket_dir = dir.clone();
     }
-    let state_dir = match &args.state_dir {
-        Some(dir) if dir.as_os_str().is_empty() => None,
-        Some(dir) => Some(dir.clone()),
-        None => config.daemon.state_dir.clone(),
-    };
+    for note in &config.notes {
+        tracing::info!("{note}");
+    }
+    let chosen = state_dir::choose(
+        args.state_dir.as_deref(),
+        &config.daemon.state_dir,
+        &state_dir::Env::from_process(),
+        state_dir::writable,
+    );
+    match &chosen.dir {
+        Some(dir) => tracing::info!(
+            "keeping usage and registered clients in {} ({})",
+            dir.display(),
+            chosen.why
+        ),
+        None if matches!(config.daemon.state_dir, crate::config::StateDir::Off)
+            || args.state_dir.is_some() =>
+        {
+            tracing::info!("no state directory: {}", chosen.why)
+        }
+        None => tracing::warn!("no state directory: {}", chosen.why),
+    }
+    let state_dir = chosen.dir.clone();
     let socket_path = config.socket_path();
     let hello_timeout = config.daemon.client_timeout;
     let (events, _) = broadcast::channel::<Event>(1024);
@@ -63,7 +81,8 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
             events.subscribe(),
         ));
     }
-    let accounting = Arc::new(accounting::Accounting::start(state.clone(), state_dir).await);
+    let accounting =
+        Arc::new(accounting::Accounting::start(state.clone(), state_dir.ok_or(chosen.why)).await);
 
     let owned_socket = activated.is_none();
     let listener = match activated {
@@ -179,7 +198,11 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         listener,
         state.clone(),
         wake.clone(),
-        status::Listers { devices, flagged },
+        status::Listers {
+            devices,
+            flagged,
+            accounting: accounting.clone(),
+        },
         hello_timeout,
     ));
     tokio::spawn(socket_server::run_scheduler_clock(
@@ -196,9 +219,13 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     ));
     tokio::spawn(accounting::run(accounting.clone()));
     tokio::spawn(metrics::run(
-        state.clone(),
-        accounting.clone(),
-        gpu.mps_status_reader(),
+        metrics::Sources {
+            state: state.clone(),
+            accounting: accounting.clone(),
+            mps: gpu.mps_status_reader(),
+            devices: gpu.device_reader(),
+            flagged: gpu.flagged_reader(),
+        },
         metrics_events,
     ));
     service_notify::ready();

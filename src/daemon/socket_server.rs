@@ -158,6 +158,19 @@ async fn handle(
                 .await
                 .unwrap_or_else(|_| Err(format!("pid {pid} did not read its status in time")));
         }
+        Some(Request::Usage { since_seconds, by }) => {
+            // The same query as GetUsage over D-Bus: everyone's rows for root and the
+            // admin_groups, the peer's own for anyone else.
+            let send = async {
+                for reply in status::usage_replies(&listers, uid, since_seconds, &by).await {
+                    write_reply(&mut stream, &reply).await?;
+                }
+                Ok(())
+            };
+            return tokio::time::timeout(STATUS_TIMEOUT, send)
+                .await
+                .unwrap_or_else(|_| Err(format!("pid {pid} did not read its usage in time")));
+        }
         Some(Request::Hello { version, .. }) if version != PROTOCOL_VERSION => {
             let msg = format!("protocol version {version} is not {PROTOCOL_VERSION}; update libgpushare or gpushared");
             return refuse(&mut stream, ErrorCode::VersionMismatch, msg).await;
@@ -303,6 +316,7 @@ async fn session_loop(
                     }
                     Request::Watch { .. } => return Err("Watch on a session connection".into()),
                     Request::Status => return Err("Status on a session connection".into()),
+                    Request::Usage { .. } => return Err("Usage on a session connection".into()),
                     Request::Reserve { device, bytes } => Some(st.reserve(session, device, bytes)),
                     Request::Extend { device, launches } => {
                         st.launched(session, device, launches);
@@ -334,7 +348,9 @@ fn device_of(request: &Request) -> Option<DeviceId> {
         | Request::Extend { device, .. }
         | Request::Reserve { device, .. }
         | Request::Unreserve { device, .. } => Some(device),
-        Request::Hello { .. } | Request::Watch { .. } | Request::Status => None,
+        Request::Hello { .. } | Request::Watch { .. } | Request::Status | Request::Usage { .. } => {
+            None
+        }
     }
 }
 

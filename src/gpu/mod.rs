@@ -146,12 +146,6 @@ impl GpuManager {
         options: GpuOptions,
     ) -> anyhow::Result<GpuManager> {
         let sets_mode = cfg.nvml && cfg.set_compute_mode && cfg.mps;
-        if cfg.nvml && cfg.set_compute_mode && !cfg.mps {
-            tracing::info!(
-                "gpu.set_compute_mode applies only with gpu.mps = true (without MPS, \
-                 Exclusive_Process would let a single process use the GPU); compute modes left as they are"
-            );
-        }
         // The compute-mode record lives in the pipe directory: gone at reboot, like the modes.
         let record = sets_mode.then(|| cfg.mps_pipe_dir.join(nvml::COMPUTE_MODE_RECORD));
         let mps_env = cfg.mps.then(|| MpsEnv {

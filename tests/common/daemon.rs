@@ -2,8 +2,9 @@
 //! [`Daemon`] runs it (killed on drop), restarts and stops it, and talks to it.
 //!
 //! Each daemon has a directory of its own ([`Daemon::dir`]) with its config (`gpushare.toml`),
-//! its socket (`run/gpushare.sock`), its state (`state/`, unless the test gives another), its
-//! log (`gpushared.log`: stdout and stderr) and the files of its [`FakeGpu`], if it has one.
+//! its socket (`run/gpushare.sock`), its state (`state/`, unless the test gives another or lets
+//! the daemon choose), its log (`gpushared.log`: stdout and stderr) and the files of its
+//! [`FakeGpu`], if it has one.
 
 use std::fs::OpenOptions;
 use std::os::unix::net::UnixStream;
@@ -25,10 +26,23 @@ pub struct DaemonBuilder {
     text: String,
     bus: Option<String>,
     env: Vec<(String, String)>,
+    env_removed: Vec<String>,
     fake_gpu: Option<FakeGpu>,
     log_level: String,
-    state: Option<PathBuf>,
+    state: StateChoice,
+    uid: Option<u32>,
     stop_within: Duration,
+}
+
+/// Where a test's daemon keeps its state.
+#[derive(Clone)]
+enum StateChoice {
+    /// `state/` in its directory.
+    Own,
+    /// `--state-dir` this one.
+    Dir(PathBuf),
+    /// No `--state-dir`: the daemon picks it.
+    Daemons,
 }
 
 impl DaemonBuilder {
@@ -64,6 +78,18 @@ impl DaemonBuilder {
         self
     }
 
+    /// Leaves an environment variable of the tests out of the daemon's.
+    pub fn env_remove(mut self, key: &str) -> Self {
+        self.env_removed.push(key.into());
+        self
+    }
+
+    /// Runs the daemon as `uid` (and its group), which then owns the daemon's directory.
+    pub fn user(mut self, uid: u32) -> Self {
+        self.uid = Some(uid);
+        self
+    }
+
     /// Manages `gpu`: its keys go first in the `[gpu]` table.
     pub fn fake_gpu(mut self, gpu: FakeGpu) -> Self {
         self.fake_gpu = Some(gpu);
@@ -78,7 +104,13 @@ impl DaemonBuilder {
 
     /// Keeps the usage in `state` (`--state-dir`) instead of a directory of the daemon's own.
     pub fn state_dir(mut self, state: &Path) -> Self {
-        self.state = Some(state.into());
+        self.state = StateChoice::Dir(state.into());
+        self
+    }
+
+    /// Starts the daemon without `--state-dir`: it keeps its state where it chooses.
+    pub fn daemon_chooses_state_dir(mut self) -> Self {
+        self.state = StateChoice::Daemons;
         self
     }
 
@@ -117,12 +149,21 @@ impl DaemonBuilder {
         std::fs::write(&config, self.config_text(&fake_gpu_keys)).unwrap();
         let log = dir.path().join("gpushared.log");
         std::fs::File::create(&log).unwrap();
+        if let Some(uid) = self.uid {
+            chown_all(dir.path(), uid);
+        }
         let launch = Launch {
             sockets: dir.path().join("run"),
-            state: self.state.unwrap_or_else(|| dir.path().join("state")),
+            state: match self.state {
+                StateChoice::Own => Some(dir.path().join("state")),
+                StateChoice::Dir(d) => Some(d),
+                StateChoice::Daemons => None,
+            },
             config: config.clone(),
             bus: self.bus.clone(),
             env: self.env,
+            env_removed: self.env_removed,
+            uid: self.uid,
             log_level: self.log_level,
             log,
         };
@@ -140,28 +181,43 @@ impl DaemonBuilder {
     }
 }
 
+/// Gives `path` and everything under it to `uid` (and the group of the same number).
+fn chown_all(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_all(&entry.unwrap().path(), uid);
+        }
+    }
+}
+
 /// The command line and environment a daemon starts (and restarts) with.
 struct Launch {
     config: PathBuf,
     sockets: PathBuf,
-    state: PathBuf,
+    /// `--state-dir`, if given.
+    state: Option<PathBuf>,
     bus: Option<String>,
     env: Vec<(String, String)>,
+    env_removed: Vec<String>,
+    uid: Option<u32>,
     log_level: String,
     log: PathBuf,
 }
 
 impl Launch {
     fn spawn(&self) -> Child {
+        use std::os::unix::process::CommandExt;
         let log = OpenOptions::new().append(true).open(&self.log).unwrap();
         let mut cmd = Command::new(GPUSHARED);
         cmd.arg("--config")
             .arg(&self.config)
             .arg("--socket-dir")
-            .arg(&self.sockets)
-            .arg("--state-dir")
-            .arg(&self.state)
-            .arg("--bus")
+            .arg(&self.sockets);
+        if let Some(state) = &self.state {
+            cmd.arg("--state-dir").arg(state);
+        }
+        cmd.arg("--bus")
             .arg(self.bus.as_deref().unwrap_or("none"))
             .arg("--log")
             .arg(&self.log_level)
@@ -169,8 +225,14 @@ impl Launch {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        for k in &self.env_removed {
+            cmd.env_remove(k);
+        }
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if let Some(uid) = self.uid {
+            cmd.uid(uid).gid(uid);
         }
         cmd.spawn().expect("start gpushared")
     }
@@ -196,9 +258,11 @@ impl Daemon {
             text: String::new(),
             bus: None,
             env: vec![],
+            env_removed: vec![],
             fake_gpu: None,
             log_level: "debug".into(),
-            state: None,
+            state: StateChoice::Own,
+            uid: None,
             stop_within: Duration::from_secs(30),
         }
     }

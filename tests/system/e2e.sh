@@ -240,6 +240,14 @@ output_is() {
     echo "[$out]"
     [ "$out" = "$want" ]
 }
+# output_lacks REGEX COMMAND...: COMMAND succeeds and its output does not match REGEX.
+output_lacks() {
+    local re=$1 out
+    shift
+    if ! out=$("$@" 2>&1); then echo "$out"; echo "(failed)"; return 1; fi
+    echo "$out"
+    ! grep -Eq -- "$re" <<<"$out"
+}
 # fails_matching REGEX COMMAND...: COMMAND fails and its output matches REGEX.
 fails_matching() {
     local re=$1 out
@@ -309,7 +317,8 @@ check "installed files are in place" ctr sh -ec '
     test -f /usr/share/man/man5/gpushare.toml.5.gz
     test -f /usr/share/man/man7/libgpushare.7.gz
     test -f /usr/share/man/man1/gpushare.1.gz
-    test -f /usr/share/man/man8/gpushared.8.gz'
+    test -f /usr/share/man/man8/gpushared.8.gz
+    test -f /usr/share/gpushare/grafana/gpushare.json'
 check "the config is a conffile" ctr sh -c 'dpkg-query -W -f="\${Conffiles}" gpushare | grep -q " /etc/gpushare/gpushare.toml "'
 check "units verify (systemd-analyze verify)" \
     ctr sh -c 'out=$(systemd-analyze verify --man=no gpushare.service gpushare.socket 2>&1); echo "$out"; [ -z "$out" ]'
@@ -499,8 +508,12 @@ if [ -f "$fakes/fake_cuda.c" ] && [ -f "$fakes/client.c" ] && command -v gcc >/d
     check "hook: the attached process is listed" output_matches '[0-9]' client_field train pids
     sleep 3
     check "hook: memory is freed when the process exits" near memory_used 0 "$(client_field train memory_used)"
-    check "usage: gpushare usage shows bob's GPU time" \
-        output_matches '^bob +[0-9]' as dave gpushare usage --by user
+    check "usage: gpushare usage shows bob his own GPU time" \
+        output_matches '^bob +[0-9]' as bob gpushare usage --by user
+    check "usage: an admin_groups member sees bob's GPU time" \
+        output_matches '^bob +[0-9]' as carol gpushare usage --by user
+    check "usage: another user does not see bob's GPU time" \
+        output_lacks '^bob ' as dave gpushare usage --by user
     check "metrics: bob's leases of client train are counted" \
         output_matches '^gpushare_client_leases_total\{client="train",user="bob"\} [1-9]' \
         ctr perl -MIO::Socket::INET -e '

@@ -18,7 +18,7 @@ mod reports;
 
 use memory::{managed_limit, memory_flags};
 use reports::figures;
-pub use reports::{ClientDeviceReport, ClientReport};
+pub use reports::{ClientDeviceReport, ClientReport, GpuLeases};
 
 use super::identity::Identity;
 use super::usage::{ClientFigures, SessionFigures, UsageSnapshot};

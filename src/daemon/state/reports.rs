@@ -60,6 +60,21 @@ pub struct ClientDeviceReport {
     /// The demand estimates of its processes that hold or wait for a lease there, added up (0
     /// where leases do not overlap by demand).
     pub demand: f64,
+    /// GPU time charged to it there, since the client was made.
+    pub charged_ns: u64,
+    /// Time its processes waited for a lease there, since the client was made.
+    pub waited_ns: u64,
+}
+
+/// How leases run on one GPU now, for the metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuLeases {
+    /// The GPU's UUID, as NVML writes it (`GPU-...`).
+    pub device: String,
+    /// In the words of [`api::Device::leases`].
+    pub leases: &'static str,
+    /// Leases running there.
+    pub holders: usize,
 }
 
 impl State {
@@ -115,6 +130,8 @@ impl State {
                         holding: u.holding,
                         waiting: u.waiting as u32,
                         demand: u.demand,
+                        charged_ns: u.charged_total,
+                        waited_ns: u.waited_total,
                     },
                 );
             }
@@ -129,6 +146,8 @@ impl State {
                     holding: false,
                     waiting: 0,
                     demand: 0.0,
+                    charged_ns: 0,
+                    waited_ns: 0,
                 })
                 .memory_used = bytes;
         }
@@ -150,6 +169,29 @@ impl State {
             LeaseMode::Together => api::Device::TOGETHER,
             LeaseMode::Turns => api::Device::TURNS,
         }
+    }
+
+    /// How leases run on each GPU a request named and on each of `uuids` (the managed GPUs),
+    /// each once.
+    pub fn gpu_leases(&self, uuids: &[String]) -> Vec<GpuLeases> {
+        let mut devices: Vec<String> = self.sched.devices().map(|d| d.to_string()).collect();
+        for uuid in uuids {
+            let known = DeviceId::parse(uuid).map(|d| d.to_string());
+            if !devices
+                .iter()
+                .any(|d| Some(d) == known.as_ref() || d == uuid)
+            {
+                devices.push(uuid.clone());
+            }
+        }
+        devices
+            .into_iter()
+            .map(|device| GpuLeases {
+                leases: self.leases(&device),
+                holders: DeviceId::parse(&device).map_or(0, |d| self.sched.holder_count(d)),
+                device,
+            })
+            .collect()
     }
 
     pub fn reports(&self) -> Vec<ClientReport> {

@@ -2,6 +2,9 @@
 //! other methods 405. Each connection gets one response and is closed (`Connection: close`).
 //! Requests are bounded in size and time, and connections in number, so that a slow or rogue
 //! client cannot hold the daemon or its memory.
+//!
+//! It knows nothing of what the page says: the metrics module that owns it hands it a [`Page`]
+//! (its content type and the function that makes its body).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +12,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-/// Makes the page's body on each request.
-pub type Page = Arc<dyn Fn() -> String + Send + Sync>;
+/// The one page served: its content type, and what makes its body on each request. The body is
+/// made on a blocking thread, so it may read slow things (NVML).
+#[derive(Clone)]
+pub struct Page {
+    pub content_type: &'static str,
+    pub body: Arc<dyn Fn() -> String + Send + Sync>,
+}
 
 pub const PATH: &str = "/metrics";
 
@@ -64,7 +72,7 @@ fn head_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// The status, extra headers and body for a request head.
-fn respond_to(
+async fn respond_to(
     head: &[u8],
     page: &Page,
 ) -> (u16, &'static str, Vec<(&'static str, String)>, String) {
@@ -94,12 +102,21 @@ fn respond_to(
             "method not allowed\n".into(),
         );
     }
-    (
-        200,
-        "OK",
-        vec![("Content-Type", super::metrics::CONTENT_TYPE.into())],
-        page(),
-    )
+    let body = page.body.clone();
+    match tokio::task::spawn_blocking(move || body()).await {
+        Ok(body) => (
+            200,
+            "OK",
+            vec![("Content-Type", page.content_type.into())],
+            body,
+        ),
+        Err(e) => (
+            500,
+            "Internal Server Error",
+            vec![],
+            format!("cannot make the page: {e}\n"),
+        ),
+    }
 }
 
 async fn answer(mut stream: TcpStream, page: &Page, max_head: usize) -> std::io::Result<()> {
@@ -127,7 +144,7 @@ async fn answer(mut stream: TcpStream, page: &Page, max_head: usize) -> std::io:
         buf.extend_from_slice(&chunk[..n]);
     };
     let head = &buf[..end];
-    let (status, reason, headers, body) = respond_to(head, page);
+    let (status, reason, headers, body) = respond_to(head, page).await;
     let with_body = !head.starts_with(b"HEAD ");
     reply(&mut stream, status, reason, &headers, &body, with_body).await
 }
@@ -165,7 +182,10 @@ mod tests {
     async fn server(limits: Limits) -> std::net::SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let page: Page = Arc::new(|| "gpushare_up 1\n# EOF\n".to_string());
+        let page = Page {
+            content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            body: Arc::new(|| "gpushare_up 1\n# EOF\n".to_string()),
+        };
         tokio::spawn(serve_with(listener, page, limits));
         addr
     }
