@@ -55,6 +55,13 @@
 #      gpushare and time-sliced; 200 us kernels synchronizing after each beside a light job
 #      (50 us kernels, 0.5 ms of host work after each synchronize); 1.6 ms kernels never
 #      synchronizing (results as sweep_equal_together)
+#  22  a randomized soak: for each seed of SOAK_SEEDS [1 2 3], 2-8 clients of random requests,
+#      limits and classes, of several users, with 1-2 processes each drawn from a library of
+#      workloads (kernels of 20 us-50 ms, CUDA graphs, host-bound and launch-bound training
+#      loops, bursty jobs, inference), coming and going, and share changes at run time: 3 minutes
+#      under gpushare, 40 s time-sliced, each client's got against its due share per 5 s window
+#      (soak/run.sh, one step of about 4.5 minutes per seed; results in OUTPUT_DIR/soak, its own
+#      summary.md and got_vs_due.png)
 # After the parts it writes OUTPUT_DIR/summary.md (markdown tables) and, where matplotlib is
 # installed, OUTPUT_DIR/summary.png; `python3 bench/report.py OUTPUT_DIR` makes them again
 # elsewhere. Builds nothing: gpushared, gpushare and libgpushare.so come prebuilt from $TARGET
@@ -125,6 +132,10 @@ for part in $parts; do
     21) NAME=sweep_equal_together CELLS="" QUAD_CELLS="" MIX_CELLS="200us:1+50us:1:500 1600us:0" \
           SOLO_AGAIN=1 TRANSFORMER="gpushare timeslice solo" LOOP_REQUESTS=0.5/0.5 BUDGET=480 \
           step sweep_equal_together 540 "$here/share/sweep.sh" "$out" ;;
+    22) for seed in ${SOAK_SEEDS:-1 2 3}; do
+          step "soak_seed$seed" $((${SOAK_SECONDS:-180} + ${SOAK_TIMESLICE_SECONDS:-40} + 180)) \
+            "$here/soak/run.sh" "$out/soak" "$seed"
+        done ;;
     *) echo "bench/run.sh: no part $part" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,427 @@
+"""Windows, due shares and a summary of a soak (bench/soak/run.sh):
+
+  analyze.py OUTPUT_DIR [--window 5] [--settle 10] [--referee PATH]
+
+For each OUTPUT_DIR/seed-N of the run under gpushare, per WINDOW-second window from its start and
+per client:
+  demand   what its processes would keep busy alone: the sum over its processes of their solo
+           busy fraction times the fraction of the window they were working
+  got      what it got, in solo-equivalent GPU time: the sum over its processes of the units they
+           finished in the window times their solo GPU seconds per unit, over the window
+  used     the daemon's own USED: the GPU time it charged the client in the window
+           (status.jsonl's charged_ns), over the window
+  request, limit, interactive   in force at the window's middle (after the share changes)
+and since_change: seconds from the last change (a process starting or stopping work, a share
+change) to the window's start, 0 where one falls inside the window. These go to
+seed-N/windows.jsonl, one window a line:
+  {"seed": N, "t0": .., "t1": .., "since_change": s,
+   "clients": [{"name", "request", "limit", "interactive", "demand", "got", "used"}]}
+Where the referee exists (--referee, default $TARGET/gpushare-referee, else
+target/release/gpushare-referee), windows.jsonl is piped through it into seed-N/verdicts.jsonl.
+Each client's due share comes from verdicts.jsonl where it exists (`due` per window and client),
+else from water-filling here: each client is due min(demand, limit) at most; the GPU is divided in
+proportion to the requests (at least 0.01 each) among clients still below that, those that reach
+it hand back the rest, and so on.
+
+Writes seed-N/summary.json (the windows most short of their due, |USED - got|, the throughput
+under gpushare over the time-sliced run's, inference latencies) and, over all seeds,
+OUTPUT_DIR/summary.json, summary.md and, where matplotlib is installed, got_vs_due.png.
+Throughput: per process its units over the time it worked, over its solo rate; summed over the
+processes that ran in both runs, the gpushare run's sum over the time-sliced run's.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+SHORT = 0.03  # 3 points of the GPU
+
+
+def read_jsonl(path):
+    out = []
+    if os.path.exists(path):
+        for line in open(path):
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def interp(points, t):
+    """The value at time t of a series of (time, value) points, linear between them and held
+    beyond its ends; None for an empty series."""
+    if not points:
+        return None
+    if t <= points[0][0]:
+        return points[0][1]
+    for (ta, va), (tb, vb) in zip(points, points[1:]):
+        if t <= tb:
+            return va + (vb - va) * (t - ta) / (tb - ta) if tb > ta else vb
+    return points[-1][1]
+
+
+def water_fill(clients):
+    """Due shares: [(demand, limit, request)] -> [due]."""
+    cap = [max(0.0, min(d, lim)) for d, lim, _ in clients]
+    due = [0.0] * len(clients)
+    open_ = {i for i, c in enumerate(cap) if c > 1e-9}
+    left = 1.0
+    while open_ and left > 1e-9:
+        weight = {i: max(clients[i][2], 0.01) for i in open_}
+        total = sum(weight.values())
+        full = [i for i in open_ if due[i] + left * weight[i] / total >= cap[i]]
+        if not full:
+            for i in open_:
+                due[i] += left * weight[i] / total
+            break
+        for i in full:  # capped at their demand or limit: the rest goes round again
+            left -= cap[i] - due[i]
+            due[i] = cap[i]
+            open_.discard(i)
+    return due
+
+
+class Proc:
+    """One process's progress file: when it worked and how many units it had done when."""
+
+    def __init__(self, path):
+        self.name = os.path.basename(path)[: -len(".jsonl")]
+        self.start = self.end = None
+        self.points = []
+        for r in read_jsonl(path):
+            if r.get("kind") == "start":
+                self.start = r
+            elif r.get("kind") == "progress":
+                self.points.append((r["t"], r["units"]))
+            elif r.get("kind") == "end":
+                self.end = r
+        self.spec = (self.start or {}).get("spec")
+        self.working = (self.points[0][0], self.points[-1][0]) if len(self.points) > 1 else None
+
+    def units(self, a, b):
+        return interp(self.points, b) - interp(self.points, a)
+
+    def alive(self, a, b):
+        """The fraction of [a, b] it was working."""
+        if not self.working:
+            return 0.0
+        return max(0.0, min(b, self.working[1]) - max(a, self.working[0])) / (b - a)
+
+    def rate(self, t0, t1):
+        """Units per second over the time it worked within [t0, t1]."""
+        if not self.working:
+            return None
+        a, b = max(t0, self.working[0]), min(t1, self.working[1])
+        return self.units(a, b) / (b - a) if b - a > 1.0 else None
+
+
+def load_procs(d):
+    return {p.name: p for p in map(Proc, sorted(glob.glob(os.path.join(d, "*.jsonl"))))}
+
+
+def find_referee(path):
+    """The referee program: `path`, else $TARGET's, else the repository's target/release one."""
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    candidates = [path, os.environ.get("TARGET") and os.path.join(os.environ["TARGET"], "gpushare-referee"),
+                  os.path.join(repo, "target", "release", "gpushare-referee")]
+    return next((p for p in candidates if p and os.path.isfile(p) and os.access(p, os.X_OK)), None)
+
+
+def verdict_dues(path, windows):
+    """(window index, client) -> due from the referee's lines: one per window with a `clients`
+    list, or one per window and client; a line finds its window by t0 (else by `window`, an index)."""
+    by_t0 = {round(w["t0"], 3): i for i, w in enumerate(windows)}
+    dues = {}
+    for r in read_jsonl(path):
+        i = by_t0.get(round(r["t0"], 3)) if isinstance(r.get("t0"), (int, float)) else r.get("window")
+        for c in r["clients"] if isinstance(r.get("clients"), list) else [r]:
+            name = c.get("name", c.get("client"))
+            if i is not None and name is not None and isinstance(c.get("due"), (int, float)):
+                dues[(i, name)] = c["due"]
+    return dues
+
+
+def analyze_seed(d, solo, a):
+    scenario = json.load(open(os.path.join(d, "scenario.json")))
+    seed = scenario["seed"]
+    runs = {r["mode"]: r for r in read_jsonl(os.path.join(d, "runs.jsonl"))}
+    out = {"seed": seed, "errors": [r.get("error") for r in read_jsonl(os.path.join(d, "errors.jsonl"))]}
+    if "gpushare" not in runs:
+        out["errors"].append("no run under gpushare")
+        return out, []
+    t0, span = runs["gpushare"]["t0"], runs["gpushare"]["seconds"]
+    procs = load_procs(os.path.join(d, "gpushare"))
+    owner = {p["name"]: c["name"] for c in scenario["clients"] for p in c["procs"]}
+    spec_of = {p["name"]: p["spec"] for c in scenario["clients"] for p in c["procs"]}
+    leaves_early = {p["name"] for c in scenario["clients"] for p in c["procs"] if p["end"] < scenario["seconds"]}
+    missing = sorted({spec_of[n] for n in procs if spec_of.get(n) not in solo})
+    if missing:
+        out["errors"].append("no solo measurement of %s: their processes are left out" % ", ".join(missing))
+    for n in spec_of:
+        if n not in procs or not procs[n].working:
+            out["errors"].append(f"process {n} ({spec_of[n]}) did no work under gpushare")
+
+    # share changes (in force from the signal, where the daemon took them) and the other changes
+    changes = read_jsonl(os.path.join(d, "changes.jsonl"))
+    shares = {c["name"]: [(-math.inf, c["request"])] for c in scenario["clients"]}
+    events = []
+    for ch in changes:
+        if ch.get("applied"):
+            shares[ch["client"]].append((ch["t"], ch["request"]))
+            events.append(ch["t"])
+        else:
+            out["errors"].append(f"share change {ch} not applied")
+    for p in procs.values():
+        if p.working:
+            events += [p.working[0]] + ([p.working[1]] if p.name in leaves_early else [])
+    used = {}
+    for s in read_jsonl(os.path.join(d, "status.jsonl")):
+        for c in s.get("clients", []):
+            used.setdefault(c["name"], []).append((s["t"], c.get("charged_ns") or 0))
+
+    windows = []
+    for k in range(int(span // a.window)):
+        wa, wb = t0 + k * a.window, t0 + (k + 1) * a.window
+        before = [e for e in events if e <= wb]
+        since = max(0.0, wa - max(before)) if before else wa - t0
+        clients = []
+        for c in scenario["clients"]:
+            demand = got = 0.0
+            for n, p in procs.items():
+                if owner.get(n) != c["name"] or spec_of[n] not in solo:
+                    continue
+                s = solo[spec_of[n]]
+                demand += s["busy"] * p.alive(wa, wb)
+                got += p.units(wa, wb) * s["gpu_s_per_unit"] / a.window if p.working else 0.0
+            series = used.get(c["name"], [])
+            u = None
+            if series and series[0][0] <= wa + 1.0 and series[-1][0] >= wb - 1.0:
+                u = (interp(series, wb) - interp(series, wa)) / 1e9 / a.window
+                u = u if u >= 0 else None  # a counter that went back (a restarted daemon)
+            request = [r for t, r in shares[c["name"]] if t <= (wa + wb) / 2][-1]
+            clients.append({"name": c["name"], "request": request, "limit": c["limit"],
+                            "interactive": c["interactive"], "demand": round(demand, 4),
+                            "got": round(got, 4), "used": None if u is None else round(u, 4)})
+        windows.append({"seed": seed, "t0": round(wa - t0, 3), "t1": round(wb - t0, 3),
+                        "since_change": round(since, 3), "clients": clients})
+    wpath = os.path.join(d, "windows.jsonl")
+    text = "".join(json.dumps(w) + "\n" for w in windows)
+    if not os.path.exists(wpath) or open(wpath).read() != text:  # unchanged: verdicts on it stay valid
+        with open(wpath, "w") as f:
+            f.write(text)
+
+    # due shares: the referee's, else water-filling
+    vpath = os.path.join(d, "verdicts.jsonl")
+    referee = find_referee(a.referee)
+    if referee:
+        with open(wpath) as fin, open(vpath, "w") as fout:
+            r = subprocess.run([referee], stdin=fin, stdout=fout, stderr=subprocess.PIPE, text=True, timeout=120)
+        if r.returncode != 0:
+            out["errors"].append(f"{referee} exited with {r.returncode}: {r.stderr.strip()[-300:]}")
+    dues = {}
+    if os.path.exists(vpath):
+        if os.path.getmtime(vpath) >= os.path.getmtime(wpath):
+            dues = verdict_dues(vpath, windows)
+        else:
+            out["errors"].append("verdicts.jsonl is older than windows.jsonl: left aside")
+    out["due_from"] = "verdicts.jsonl" if dues else "water-filling"
+    rows = []
+    for i, w in enumerate(windows):
+        fill = water_fill([(c["demand"], c["limit"], c["request"]) for c in w["clients"]])
+        for c, f in zip(w["clients"], fill):
+            due = dues.get((i, c["name"]), f) if dues else f
+            rows.append({"seed": seed, "t0": w["t0"], "client": c["name"], "interactive": c["interactive"],
+                         "request": c["request"], "limit": c["limit"], "demand": c["demand"], "due": round(due, 4),
+                         "got": c["got"], "short": round(due - c["got"], 4), "used": c["used"],
+                         "since_change": w["since_change"]})
+
+    settled = [r for r in rows if r["since_change"] >= a.settle]
+    out.update({
+        "windows": len(windows), "client_windows": len(rows), "settled_client_windows": len(settled),
+        "short_over_3_points": sum(r["short"] > SHORT for r in rows),
+        "settled_short_over_3_points": sum(r["short"] > SHORT for r in settled),
+        "worst": sorted(rows, key=lambda r: -r["short"])[:10],
+        "worst_settled": sorted(settled, key=lambda r: -r["short"])[:5],
+    })
+    gaps = [dict(r, gap=round(abs(r["used"] - r["got"]), 4)) for r in rows if r["used"] is not None]
+    if gaps:
+        out["used_vs_got"] = {"mean_abs": round(sum(g["gap"] for g in gaps) / len(gaps), 4),
+                              "max_abs": max(g["gap"] for g in gaps),
+                              "worst": sorted(gaps, key=lambda g: -g["gap"])[:5]}
+    out["throughput"] = throughput(d, runs, procs, spec_of, solo)
+    out["latency"] = latency(d, scenario, procs, solo)
+    out["changes"] = changes
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    return out, rows
+
+
+def throughput(d, runs, procs, spec_of, solo):
+    """Per process its rate over its solo rate in each run; the sums and their ratio."""
+    if "timeslice" not in runs:
+        return None
+    ts = load_procs(os.path.join(d, "timeslice"))
+    per, sums = {}, [0.0, 0.0]
+    for n, p in procs.items():
+        s = solo.get(spec_of.get(n))
+        if not s or n not in ts:
+            continue
+        g = p.rate(runs["gpushare"]["t0"], runs["gpushare"]["t0"] + runs["gpushare"]["seconds"])
+        t = ts[n].rate(runs["timeslice"]["t0"], runs["timeslice"]["t0"] + runs["timeslice"]["seconds"])
+        if g is None or t is None:
+            continue
+        per[n] = {"spec": spec_of[n], "gpushare": round(g / s["rate"], 4), "timeslice": round(t / s["rate"], 4)}
+        sums[0] += g / s["rate"]
+        sums[1] += t / s["rate"]
+    return {"gpushare": round(sums[0], 4), "timeslice": round(sums[1], 4),
+            "ratio": round(sums[0] / sums[1], 4) if sums[1] else None, "processes": per}
+
+
+def latency(d, scenario, procs, solo):
+    """Per inference process its latency percentiles: solo, under gpushare, time-sliced."""
+    ts = load_procs(os.path.join(d, "timeslice"))
+    out = {}
+    for c in scenario["clients"]:
+        for n in (p["name"] for p in c["procs"] if p["spec"] == "infer"):
+            row = {"client": c["name"], "interactive": c["interactive"],
+                   "solo_p99_ms": (solo.get("infer") or {}).get("p99_ms")}
+            for mode, ps in (("gpushare", procs), ("timeslice", ts)):
+                end = ps[n].end if n in ps else None
+                if end:
+                    row[f"{mode}_p50_ms"], row[f"{mode}_p99_ms"] = end.get("p50_ms"), end.get("p99_ms")
+            out[n] = row
+    return out
+
+
+def fmt(x, n=3):
+    return "-" if x is None else f"{x:.{n}f}"
+
+
+def markdown(summaries, scenarios, a):
+    md = ["# Soak", "",
+          f"Windows of {a.window:g} s; due from the referee's verdicts where they exist, else by water-filling; "
+          f"settled: at least {a.settle:g} s after the last change; short: due - got over 3 points.", "",
+          "| seed | clients | processes | client-windows | short | settled short | worst short "
+          "| mean abs USED-got | throughput vs time-sliced |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for s in summaries:
+        sc = scenarios[s["seed"]]
+        worst = s.get("worst") or [{}]
+        md.append(f"| {s['seed']} | {len(sc['clients'])} | {sum(len(c['procs']) for c in sc['clients'])} | "
+                  f"{s.get('client_windows', 0)} | {s.get('short_over_3_points', '-')} | "
+                  f"{s.get('settled_short_over_3_points', '-')} | {fmt(worst[0].get('short'))} | "
+                  f"{fmt((s.get('used_vs_got') or {}).get('mean_abs'))} | "
+                  f"{fmt((s.get('throughput') or {}).get('ratio'))} |")
+    for s in summaries:
+        scenario_txt = open(os.path.join(a.dir, f"seed-{s['seed']}", "scenario.txt")).read().rstrip()
+        md += ["", f"## Seed {s['seed']}", "", "```", scenario_txt, "```", ""]
+        for e in s["errors"]:
+            md.append(f"- {e}")
+        for title, key in (("Most short of their due", "worst"),
+                           (f"Most short of their due, at least {a.settle:g} s after a change", "worst_settled")):
+            md += ["", f"{title} (due from {s.get('due_from', '-')}; (i): interactive):", "",
+                   "| t0 | client | request | limit | demand | due | got | short | USED | since change |",
+                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            for r in s.get(key, []):
+                md.append(f"| {r['t0']:g} | {r['client']}{' (i)' if r['interactive'] else ''} | {r['request']:.2f} | "
+                          f"{r['limit']:.2f} | {fmt(r['demand'])} | {fmt(r['due'])} | {fmt(r['got'])} | "
+                          f"{fmt(r['short'])} | {fmt(r['used'])} | {r['since_change']:g} |")
+        u = s.get("used_vs_got")
+        if u:
+            md += ["", f"|USED - got|: mean {fmt(u['mean_abs'])}, max {fmt(u['max_abs'])} "
+                   + "(" + ", ".join(f"{w['client']} at {w['t0']:g} s: USED {fmt(w['used'])}, got {fmt(w['got'])}"
+                                     for w in u["worst"][:3]) + ")"]
+        tp = s.get("throughput")
+        if tp:
+            md += ["", f"Throughput (sum of rates over solo rates): gpushare {fmt(tp['gpushare'])}, "
+                   f"time-sliced {fmt(tp['timeslice'])}, ratio **{fmt(tp['ratio'])}**"]
+        if s.get("latency"):
+            md += ["", "| inference | class | solo p99 ms | gpushare p50 / p99 ms | time-sliced p50 / p99 ms |",
+                   "| --- | --- | --- | --- | --- |"]
+            for n, r in s["latency"].items():
+                md.append(f"| {n} | {'interactive' if r['interactive'] else 'batch'} | {fmt(r['solo_p99_ms'], 2)} | "
+                          f"{fmt(r.get('gpushare_p50_ms'), 2)} / {fmt(r.get('gpushare_p99_ms'), 2)} | "
+                          f"{fmt(r.get('timeslice_p50_ms'), 2)} / {fmt(r.get('timeslice_p99_ms'), 2)} |")
+        if s.get("changes"):
+            md += ["", "Share changes: " + "; ".join(
+                f"{c['client']} request {c['request']:.2f} ({'applied' if c.get('applied') else 'NOT applied'})"
+                for c in s["changes"])]
+    return "\n".join(md) + "\n"
+
+
+def plot(rows, path, window, settle):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    for label, pick, color in (("within %g s of a change" % settle, lambda r: r["since_change"] < settle, "tab:orange"),
+                               ("settled", lambda r: r["since_change"] >= settle, "tab:blue")):
+        for inter, marker in ((False, "o"), (True, "^")):
+            sel = [r for r in rows if pick(r) and r["interactive"] == inter]
+            if sel:
+                ax.scatter([r["due"] for r in sel], [r["got"] for r in sel], s=9, alpha=0.5, color=color,
+                           marker=marker, label=label + (", interactive" if inter else ""))
+    top = max([1.0] + [max(r["due"], r["got"]) for r in rows])
+    ax.plot([0, top], [0, top], color="black", lw=0.8, label="got = due")
+    ax.plot([SHORT, top], [0, top - SHORT], color="red", lw=0.8, ls="--", label="due - 3 points")
+    ax.set_xlabel("due share")
+    ax.set_ylabel("got (solo-equivalent GPU time)")
+    ax.set_title(f"gpushare soak: every client and {window:g} s window")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("dir")
+    p.add_argument("--window", type=float, default=5.0)
+    p.add_argument("--settle", type=float, default=10.0,
+                   help="seconds after a change before a window counts as settled")
+    p.add_argument("--referee",
+                   help="the referee program (default: $TARGET/gpushare-referee, target/release/gpushare-referee)")
+    a = p.parse_args()
+    solo = {r["spec"]: r for r in read_jsonl(os.path.join(a.dir, "solo.jsonl")) if r.get("kind") == "solo"}
+    summaries, scenarios, rows = [], {}, []
+    seed_dirs = glob.glob(os.path.join(a.dir, "seed-*", "scenario.json"))
+    for d in sorted((os.path.dirname(x) for x in seed_dirs), key=lambda x: int(x.rsplit("-", 1)[1])):
+        s, r = analyze_seed(d, solo, a)
+        scenarios[s["seed"]] = json.load(open(os.path.join(d, "scenario.json")))
+        summaries.append(s)
+        rows += r
+    if not summaries:
+        sys.exit(f"analyze.py: no seed-N/scenario.json in {a.dir}")
+    with open(os.path.join(a.dir, "summary.md"), "w") as f:
+        f.write(markdown(summaries, scenarios, a))
+    plotted = plot(rows, os.path.join(a.dir, "got_vs_due.png"), a.window, a.settle)
+    overall = {"seeds": [s["seed"] for s in summaries], "client_windows": len(rows),
+               "short_over_3_points": sum(r["short"] > SHORT for r in rows),
+               "settled_short_over_3_points": sum(r["short"] > SHORT and r["since_change"] >= a.settle
+                                                  for r in rows),
+               "worst": sorted(rows, key=lambda r: -r["short"])[:10], "plot": plotted,
+               "throughput_ratios": {s["seed"]: (s.get("throughput") or {}).get("ratio") for s in summaries}}
+    with open(os.path.join(a.dir, "summary.json"), "w") as f:
+        json.dump(overall, f, indent=1)
+    for s in summaries:
+        w = (s.get("worst") or [{}])[0]
+        print(f"seed {s['seed']}: {s.get('client_windows', 0)} client-windows, {s.get('short_over_3_points', '-')} "
+              f"short by over 3 points ({s.get('settled_short_over_3_points', '-')} settled); worst "
+              f"{w.get('client', '-')} at {w.get('t0', '-')} s: due {fmt(w.get('due'))} got {fmt(w.get('got'))}; "
+              f"|USED-got| mean {fmt((s.get('used_vs_got') or {}).get('mean_abs'))}; throughput vs time-sliced "
+              f"{fmt((s.get('throughput') or {}).get('ratio'))}"
+              + (f"; {len(s['errors'])} errors" if s["errors"] else ""))
+    print(f"summary: {os.path.join(a.dir, 'summary.md')}"
+          + (", got_vs_due.png" if plotted else " (no matplotlib: no plot)"))
+
+
+if __name__ == "__main__":
+    main()
