@@ -1,6 +1,6 @@
 """Windows, due shares and a summary of a soak (bench/soak/run.sh):
 
-  analyze.py OUTPUT_DIR [--window 5] [--settle 10] [--referee PATH]
+  analyze.py OUTPUT_DIR [--window 5] [--settle 1] [--referee PATH]
 
 For each OUTPUT_DIR/seed-N of the run under gpushare, per WINDOW-second window from its start and
 per client:
@@ -385,7 +385,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dir")
     p.add_argument("--window", type=float, default=5.0)
-    p.add_argument("--settle", type=float, default=10.0,
+    p.add_argument("--settle", type=float, default=1.0,
                    help="seconds after a change before a window counts as settled")
     p.add_argument("--referee",
                    help="the referee program (default: $TARGET/gpushare-referee, target/release/gpushare-referee)")
