@@ -20,7 +20,9 @@ id gsmetrics >/dev/null 2>&1 || useradd -m gsmetrics
 d=$!
 for _ in $(seq 50); do [ -S "$w/run/gpushare.sock" ] && break; sleep 0.2; done
 chmod 755 "$w" "$w/run"
-su gsmetrics -s /bin/bash -c "cd /tmp && LD_PRELOAD=$t/libgpushare.so GPUSHARE_SOCKET=$w/run/gpushare.sock python3 -c '
+py=$(command -v python3)
+site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+su gsmetrics -s /bin/bash -c "cd /tmp && PYTHONPATH=$site LD_PRELOAD=$t/libgpushare.so GPUSHARE_SOCKET=$w/run/gpushare.sock $py -c '
 import torch, time
 x = torch.randn(4096, 4096, device=\"cuda\"); y = torch.empty(1 << 28, device=\"cuda\")
 t = time.time()
