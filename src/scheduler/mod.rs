@@ -728,15 +728,18 @@ impl Scheduler {
         // than a lease: its virtual time within one quantum (at its weight) of the batch
         // clients furthest behind. One that takes more than its request waits in line as any
         // other, so that no latency class can starve the batch clients.
-        let batch_behind = self
-            .holders
-            .iter()
-            .map(|h| h.client)
-            .chain(line.iter().map(|&(_, id)| id))
-            .filter_map(|id| self.clients.get(&id))
-            .filter(|c| !c.shares.interactive)
-            .map(|c| c.vtime)
-            .fold(f64::INFINITY, f64::min);
+        let batch_behind = if interactive.is_empty() {
+            f64::INFINITY
+        } else {
+            self.holders
+                .iter()
+                .map(|h| h.client)
+                .chain(line.iter().map(|&(_, id)| id))
+                .filter_map(|id| self.clients.get(&id))
+                .filter(|c| !c.shares.interactive)
+                .map(|c| c.vtime)
+                .fold(f64::INFINITY, f64::min)
+        };
         for (vtime, id) in interactive {
             let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
             if vtime <= batch_behind + self.quantum as f64 / weight {
