@@ -84,10 +84,6 @@ pub fn request_weight(request: f64) -> f64 {
 /// How long after an interactive client's last lease batch processes of equal weights still
 /// overlap only as far as their demands fit: its next request comes soon.
 pub const INTERACTIVE_RECENT: Nanos = 1_000_000_000;
-/// The longest idle time whose part by request a client returning from idle banks as credit:
-/// a client of request 0.3 back from a second or more away is served first for up to 0.3 s of
-/// GPU time (at its weight), ahead of clients that kept the GPU meanwhile.
-pub const BURST_CREDIT_WINDOW: Nanos = 1_000_000_000;
 /// How far back `usage` looks.
 pub const USAGE_WINDOW: Nanos = 10_000_000_000;
 
@@ -160,8 +156,6 @@ struct Client {
     waited_total: Nanos,
     /// Its fair-share factor ([`fair_share`]), 1 unless fair share is on.
     fair_factor: f64,
-    /// When its last lease ended (or it was added): it has been idle since, unless active.
-    last_active: Nanos,
 }
 
 impl Client {
@@ -331,7 +325,6 @@ impl Scheduler {
                         grants: 0,
                         waited_total: 0,
                         fair_factor: 1.0,
-                        last_active: now,
                     },
                 );
             }
@@ -384,13 +377,8 @@ impl Scheduler {
             return;
         };
         if !was_active {
-            // A client coming back from idle banks a bounded credit for the time it was away:
-            // its request's part of that time, up to [`BURST_CREDIT_WINDOW`] of it. It goes
-            // that far behind the virtual clock, so that its burst is served first until its
-            // charges make up for it; more idle time banks nothing more.
-            let idle = now.saturating_sub(c.last_active).min(BURST_CREDIT_WINDOW);
-            let credit = request_weight(c.shares.request) * idle as f64 / c.weight();
-            c.vtime = c.vtime.max(vclock - credit);
+            // A client coming back from idle does not bank the time it was away.
+            c.vtime = c.vtime.max(vclock);
             c.refill(now, burst);
         }
         if !c.waiting.contains(&session) {
@@ -431,7 +419,6 @@ impl Scheduler {
                 owed = owed.min(busy);
             }
             c.gpu_total += busy;
-            c.last_active = now;
             c.charge(owed, now);
             if c.shares.interactive {
                 // "recently" counts from the end of an interactive client's last lease
