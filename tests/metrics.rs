@@ -302,6 +302,32 @@ impl Drop for Prometheus {
     }
 }
 
+/// Ends the busy loop of [`hold_turns`] however the test ends, so that a failure does not hang it.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Takes 100 ms leases of `device` one after another until `stop`.
+fn hold_turns(
+    p: &mut Conn,
+    device: gpushare::protocol::DeviceId,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        p.send(&Request::Acquire { device });
+        assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
+        std::thread::sleep(Duration::from_millis(100));
+        p.send(&Request::Release {
+            device,
+            busy_ns: 0,
+            launches: 0,
+        });
+    }
+}
+
 fn find_prometheus() -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
@@ -339,28 +365,12 @@ fn prometheus_scrapes_the_daemon_and_sums_usage_by_user() {
     // two users busy until Prometheus has seen enough: root's process as train, dave's as his
     // default client
     let stop = std::sync::atomic::AtomicBool::new(false);
-    /// Ends the busy loop however the test ends, so that a failure does not hang it.
-    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     std::thread::scope(|s| {
         let _stop = StopOnDrop(&stop);
         s.spawn(|| {
             let mut p = d.connect();
             p.hello("train");
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                p.send(&Request::Acquire { device: GPU0 });
-                assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
-                std::thread::sleep(Duration::from_millis(100));
-                p.send(&Request::Release {
-                    device: GPU0,
-                    busy_ns: 0,
-                    launches: 0,
-                });
-            }
+            hold_turns(&mut p, GPU0, &stop);
         });
         let mut dave = hold_leases_as(dave, &d.socket, "", 1_000_000, Duration::from_millis(100));
         let mut by_user = Vec::new();
@@ -475,13 +485,6 @@ fn every_query_of_the_dashboard_runs_on_prometheus() {
     let prom = Prometheus::start(&binary, port);
 
     let stop = std::sync::atomic::AtomicBool::new(false);
-    /// Ends the busy loop however the test ends, so that a failure does not hang it.
-    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let mut empty = Vec::new();
     std::thread::scope(|s| {
         let _stop = StopOnDrop(&stop);
@@ -492,16 +495,7 @@ fn every_query_of_the_dashboard_runs_on_prometheus() {
                 p.reserve(gpu, 1 << 20),
                 Some(Reply::Reserved { used: 1 << 20 })
             );
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                p.send(&Request::Acquire { device: gpu });
-                assert!(matches!(p.recv(), Some(Reply::Grant { .. })));
-                std::thread::sleep(Duration::from_millis(100));
-                p.send(&Request::Release {
-                    device: gpu,
-                    busy_ns: 0,
-                    launches: 0,
-                });
-            }
+            hold_turns(&mut p, gpu, &stop);
         });
         let mut dave = hold_leases_as(dave, &d.socket, "", 1_000_000, Duration::from_millis(100));
         // each query parses (Prometheus::query checks that); wait until each returns data
