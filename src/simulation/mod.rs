@@ -61,12 +61,11 @@ pub struct Outcome {
 /// The fraction of the GPU `work` keeps busy alone, without the hook, while it runs.
 pub fn solo_busy(work: &Workload) -> f64 {
     let span = (work.end - work.start).min(5_000_000_000);
-    let mut alone = Workload {
+    let alone = Workload {
         start: 0,
         end: span,
         ..*work
     };
-    alone.start = 0;
     let mut gpu = Gpu::new(1);
     let mut p = Process::ungated(0, alone);
     let mut now = 0;
