@@ -113,10 +113,19 @@ fn fakes() -> Option<&'static Fakes> {
 
 /// Builds what the tests need, or `None` to skip; the guard runs the tests one at a time (the
 /// timing tests busy-wait in two processes each and must not steal each other's CPUs).
+///
+/// The test's thread, and so the daemon and the programs it starts, also runs ahead of the
+/// rest of the host (a build, another test binary) where it may (as root): the fake GPU keeps
+/// wall-clock time, so a program that the host's other work keeps off the CPU leaves it idle,
+/// and a share measured on it would say how loaded the host was, not what the scheduler did.
 fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     fakes()?;
+    // On Linux a nice value is the calling thread's; children inherit it. Refused without
+    // CAP_SYS_NICE, which leaves the tests as they were.
+    // SAFETY: setpriority reads no memory of ours.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
     Some(guard)
 }
 
@@ -971,14 +980,16 @@ fn a_launch_whose_wait_for_room_outlasts_the_lease_waits_for_the_next() {
     let seen = server.join().unwrap();
     assert!(out.status.success(), "{stdout}{stderr}");
     let kernels = run_count(line(&stdout, "run "));
-    let renewals = seen
+    // A new lease is a renewal, or a release and an acquire where the lease ran out first
+    // (a host slow to wake the lease thread).
+    let leases = seen
         .iter()
-        .filter(|(_, r)| matches!(r, Request::Renew { .. }))
+        .filter(|(_, r)| matches!(r, Request::Renew { .. } | Request::Acquire { .. }))
         .count() as u64;
     assert!(kernels >= 6, "{stdout}{stderr}");
     assert!(
-        renewals + 2 >= kernels,
-        "{renewals} renewals, {kernels} kernels: {seen:?}"
+        leases + 1 >= kernels,
+        "{leases} leases, {kernels} kernels: {seen:?}"
     );
 }
 
@@ -1402,13 +1413,14 @@ fn the_end_of_a_lease_waits_a_bounded_time() {
     let elapsed = start.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert_eq!(
-        stderr
-            .matches("gpushare: the work of a lease was still running after 100 ms")
-            .count(),
-        1,
-        "{stderr}"
-    );
+    // Said once, after the bound (100 ms, or a little more where the host was slow to wake).
+    let said: Vec<u64> = stderr
+        .split("gpushare: the work of a lease was still running after ")
+        .skip(1)
+        .map(|rest| rest.split(" ms").next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!((100..1000).contains(&said[0]), "{stderr}");
     let seen = server.join().unwrap();
     let releases = seen
         .iter()
