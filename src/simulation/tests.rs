@@ -219,3 +219,52 @@ fn promise_by_kind() {
         );
     }
 }
+
+/// Prints one random mix and its windows: `SIM_KIND=HostBound SIM_SEED=3 cargo test --release
+/// --lib simulation::tests::explain -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn explain() {
+    let kind = match std::env::var("SIM_KIND").as_deref() {
+        Ok("Kernels") => Kind::Kernels,
+        Ok("Graph") => Kind::Graph,
+        Ok("HostBound") => Kind::HostBound,
+        Ok("LaunchBound") => Kind::LaunchBound,
+        Ok("Bursty") => Kind::Bursty,
+        _ => Kind::Saturating,
+    };
+    let seed = std::env::var("SIM_SEED").map_or(0, |s| s.parse().unwrap());
+    let sc = Scenario::random_of(seed, 30 * S, &[kind]);
+    for (i, c) in sc.clients.iter().enumerate() {
+        eprintln!("client {i}: {:?}", c.shares);
+        for w in &c.processes {
+            eprintln!("    {w:?} solo {:.3}", solo_busy(w));
+        }
+    }
+    eprintln!("changes {:?}", sc.changes);
+    let out = run(&sc);
+    print(&out);
+    eprintln!("worst {:?}", worst(&out));
+    eprintln!("time-sliced:");
+    print(&run_time_sliced(&sc));
+}
+
+/// The worst of each seed of a kind: `SIM_KIND=HostBound cargo test --release --lib
+/// simulation::tests::seeds_of_kind -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn seeds_of_kind() {
+    let kind = match std::env::var("SIM_KIND").as_deref() {
+        Ok("Kernels") => Kind::Kernels,
+        Ok("Graph") => Kind::Graph,
+        Ok("HostBound") => Kind::HostBound,
+        Ok("LaunchBound") => Kind::LaunchBound,
+        Ok("Bursty") => Kind::Bursty,
+        _ => Kind::Saturating,
+    };
+    for seed in 0..30 {
+        let sc = Scenario::random_of(seed, 30 * S, &[kind]);
+        eprintln!("seed {seed}: {:?}", worst(&run(&sc)));
+    }
+}
+
