@@ -1,4 +1,4 @@
-use super::scenario::{workload, Kind, Rng};
+use super::scenario::{workload, Kind, Rng, BATCH_KINDS};
 use super::*;
 use crate::referee;
 
@@ -204,7 +204,6 @@ fn saturating_mixes_keep_every_clients_due_share() {
 #[test]
 #[ignore]
 fn promise_by_kind() {
-    use super::scenario::BATCH_KINDS;
     for kind in BATCH_KINDS.into_iter().chain([Kind::Saturating]) {
         let mut shorts = vec![];
         for seed in 0..30 {
@@ -220,19 +219,21 @@ fn promise_by_kind() {
     }
 }
 
+/// The kind of loop `SIM_KIND` names (saturating by default).
+fn kind_from_env() -> Kind {
+    let name = std::env::var("SIM_KIND").unwrap_or_default();
+    BATCH_KINDS
+        .into_iter()
+        .find(|k| format!("{k:?}") == name)
+        .unwrap_or(Kind::Saturating)
+}
+
 /// Prints one random mix and its windows: `SIM_KIND=HostBound SIM_SEED=3 cargo test --release
 /// --lib simulation::tests::explain -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn explain() {
-    let kind = match std::env::var("SIM_KIND").as_deref() {
-        Ok("Kernels") => Kind::Kernels,
-        Ok("Graph") => Kind::Graph,
-        Ok("HostBound") => Kind::HostBound,
-        Ok("LaunchBound") => Kind::LaunchBound,
-        Ok("Bursty") => Kind::Bursty,
-        _ => Kind::Saturating,
-    };
+    let kind = kind_from_env();
     let seed = std::env::var("SIM_SEED").map_or(0, |s| s.parse().unwrap());
     let sc = Scenario::random_of(seed, 30 * S, &[kind]);
     for (i, c) in sc.clients.iter().enumerate() {
@@ -254,14 +255,7 @@ fn explain() {
 #[test]
 #[ignore]
 fn seeds_of_kind() {
-    let kind = match std::env::var("SIM_KIND").as_deref() {
-        Ok("Kernels") => Kind::Kernels,
-        Ok("Graph") => Kind::Graph,
-        Ok("HostBound") => Kind::HostBound,
-        Ok("LaunchBound") => Kind::LaunchBound,
-        Ok("Bursty") => Kind::Bursty,
-        _ => Kind::Saturating,
-    };
+    let kind = kind_from_env();
     for seed in 0..30 {
         let sc = Scenario::random_of(seed, 30 * S, &[kind]);
         eprintln!("seed {seed}: {:?}", worst(&run(&sc)));
