@@ -2311,7 +2311,7 @@ fn live_beside_batch(d: &Daemon, log: &Path, gpu: &Path) -> Vec<(u32, String)> {
 
 /// An interactive client's kernels run at once beside a saturating batch client (whose lease
 /// is revoked and whose queue is bounded): never waiting for the batch client's 20 ms lease to
-/// end, while the batch client keeps most of the GPU.
+/// end, while the batch client gets the GPU back as soon as the interactive client is idle.
 #[test]
 fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
     let Some(_serial) = prepare() else {
@@ -2331,7 +2331,11 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
         let k = kernels(&log);
         let (busy, from, to) = busy_together(&k, &[ran[0].0, ran[1].0]);
         let batch = busy[0] as f64 / (to - from) as f64;
-        eprintln!("interactive p99 {p99} us, batch kept {batch:.3} of the GPU");
+        let gap = median_gap_after(&k, ran[1].0, ran[0].0);
+        eprintln!(
+            "interactive p99 {p99} us, batch kept {batch:.3} of the GPU, back {} us after an interactive kernel (median)",
+            gap / 1000
+        );
         // Behaviour, not speed: an interactive kernel waits for the running batch kernel and
         // the bounded queue (1-2 ms, seen up to 7.5 ms on a busy machine), never for the batch
         // client's 20 ms lease to end.
@@ -2340,13 +2344,39 @@ fn an_interactive_client_runs_at_once_beside_a_saturating_one() {
                 "interactive p99 {p99} us: it waited for the batch lease to end"
             ));
         }
-        if batch < 0.6 {
+        // The batch client has the token back as soon as the interactive client's work is
+        // done (a round trip to the daemon), not at the end of a lease (20 ms) nor at the
+        // next interactive request (5 ms): seen 0.2 ms; what share of the GPU that
+        // leaves it depends on how fast the host turns the lease round (0.6-0.8 here, 0.3 on a
+        // loaded host).
+        if gap > 2_500_000 {
             return Err(format!(
-                "the saturating batch client kept only {batch:.3} of the GPU"
+                "the batch client ran again {} us after an interactive kernel (median)",
+                gap / 1000
             ));
         }
         Ok(())
     });
+}
+
+/// The median time from the end of each kernel of `after` to the start of the next kernel of
+/// `next` (nanoseconds).
+fn median_gap_after(k: &[(u32, u64, u64, String)], after: u32, next: u32) -> u64 {
+    let starts: Vec<u64> = {
+        let mut v: Vec<u64> = k.iter().filter(|x| x.0 == next).map(|x| x.1).collect();
+        v.sort_unstable();
+        v
+    };
+    let mut gaps: Vec<u64> = k
+        .iter()
+        .filter(|x| x.0 == after)
+        .filter_map(|x| {
+            let i = starts.partition_point(|&s| s < x.2);
+            starts.get(i).map(|&s| s - x.2)
+        })
+        .collect();
+    gaps.sort_unstable();
+    gaps.get(gaps.len() / 2).copied().unwrap_or(u64::MAX)
 }
 
 /// How long each kernel of `pid` waited on the fake's shared GPU behind the work queued before
