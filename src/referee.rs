@@ -10,7 +10,8 @@
 //! - Its *due* share is what water-filling the GPU by the clients' requests gives it: a client
 //!   that wants less than its part gets its cap, and what it leaves goes to the others by
 //!   request, until every client has its cap or the GPU is divided
-//!   ([`fairness::water_fill`]). With requests that add up to at most 1, every client is due at
+//!   ([`fairness::water_fill`]). The GPU divided is the whole of it, or, where a replay of the
+//!   same mix under plain time-slicing gives it, what the mix could use ([`capacity`]). With requests that add up to at most 1, every client is due at
 //!   least the smaller of its demand and its request; the latency class changes when a client
 //!   runs, not how much.
 //! - What it *got* is the work its processes did over the window in units of the GPU time that
@@ -80,7 +81,22 @@ pub fn due(clients: &[Observed], capacity: f64) -> Vec<f64> {
 
 /// Each client's verdict over one window of the whole GPU.
 pub fn judge(clients: &[Observed]) -> Vec<Verdict> {
-    due(clients, 1.0)
+    judge_within(clients, 1.0)
+}
+
+/// The GPU time a mix could use over a window: the most that either the scheduler or plain
+/// time-slicing got done on it (`got`, `sliced`: the clients' got added up), at most the whole
+/// GPU. Loops that wait on their host or launch tiny kernels leave gaps and cost context
+/// switches that no scheduler without MPS can fill: beside each other they get less than their
+/// demands add up to, even where those add up to less than the GPU.
+pub fn capacity(got: f64, sliced: f64) -> f64 {
+    got.max(sliced).clamp(0.0, 1.0)
+}
+
+/// Each client's verdict over one window in which the GPU could give the mix `capacity`
+/// ([`capacity`]).
+pub fn judge_within(clients: &[Observed], capacity: f64) -> Vec<Verdict> {
+    due(clients, capacity)
         .into_iter()
         .zip(clients)
         .map(|(due, c)| Verdict {
@@ -156,6 +172,21 @@ mod tests {
         assert!(v[0].used_kept(), "no figure, nothing to check");
         c[1].got = 0.48;
         assert!(judge(&c)[1].kept(), "0.02 short is within the tolerance");
+    }
+
+    #[test]
+    fn a_mix_that_cannot_fill_the_gpu_divides_what_it_could_use() {
+        // two launch-bound loops of demand 0.4 each that, side by side, get 0.33 each done
+        // under time-slicing (context switches) and 0.04 / 0.38 under a scheduler
+        let c = [client(0.06, 1.0, 0.4, 0.04), client(0.47, 1.0, 0.4, 0.38)];
+        let cap = capacity(0.42, 0.66);
+        assert!((cap - 0.66).abs() < 1e-9);
+        let v = judge_within(&c, cap);
+        assert!((v[0].due - 0.26).abs() < 1e-9, "{v:?}");
+        assert!(!v[0].kept(), "0.22 short of what the mix could give it");
+        assert!(v[1].kept());
+        assert_eq!(capacity(1.2, 0.9), 1.0, "never more than the GPU");
+        assert_eq!(capacity(0.5, -1.0), 0.5);
     }
 
     #[test]

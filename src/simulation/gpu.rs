@@ -28,6 +28,8 @@ pub struct Gpu {
     ctxs: Vec<Context>,
     /// The context running, the end of its slice, and until when a switch to it lasts.
     current: Option<usize>,
+    /// The context that ran last: one that comes back to an idle GPU after it costs no switch.
+    last: Option<usize>,
     slice_end: Nanos,
     switched_at: Nanos,
     now: Nanos,
@@ -38,6 +40,7 @@ impl Gpu {
         Gpu {
             ctxs: vec![Context::default(); contexts],
             current: None,
+            last: None,
             slice_end: 0,
             switched_at: 0,
             now: 0,
@@ -86,13 +89,14 @@ impl Gpu {
             }
             return;
         }
-        let next = self.next_with_work(self.current);
-        if next.is_some() && next != self.current {
+        let next = self.next_with_work(self.current.or(self.last));
+        if next.is_some() && next != self.last {
             self.switched_at = self.now + SWITCH_NS;
         } else if next.is_some() {
             self.switched_at = self.now;
         }
         self.current = next;
+        self.last = next.or(self.last);
         self.slice_end = self.now + TIMESLICE_NS;
     }
 
@@ -151,6 +155,19 @@ mod tests {
         g.advance(10_000_000);
         assert_eq!(g.ran(0), 5_000_000);
         assert_eq!(g.pending(0), 0);
+    }
+
+    #[test]
+    fn a_context_back_to_an_idle_gpu_after_it_costs_no_switch() {
+        let mut g = Gpu::new(2);
+        g.enqueue(0, 1_000_000);
+        g.advance(2_000_000);
+        g.enqueue(0, 1_000_000);
+        g.advance(3_000_000);
+        assert_eq!(g.ran(0), 2_000_000, "one switch, at the start");
+        g.enqueue(1, 1_000_000);
+        g.advance(4_000_000);
+        assert_eq!(g.ran(1), 1_000_000 - SWITCH_NS, "another context: a switch");
     }
 
     #[test]

@@ -65,7 +65,7 @@ struct Held {
     revoked_at: Option<Nanos>,
     tight: bool,
     asked_ahead: bool,
-    /// The context's pending time when it was granted.
+    /// The context's pending time when it was granted or last extended.
     pending_time_at: Nanos,
 }
 
@@ -141,10 +141,8 @@ impl Process {
         if self.idle_since.is_some() {
             self.idle_since = Some(now);
         }
-        let pending_time_at = match self.held {
-            Some(h) => h.pending_time_at,
-            None => gpu.pending_time(self.ctx),
-        };
+        // the hook counts a lease's busy time from its grant or its last extension
+        let pending_time_at = gpu.pending_time(self.ctx);
         self.held = Some(Held {
             granted_at: now,
             deadline: now + lease_ns,

@@ -4,15 +4,22 @@ use crate::referee;
 
 const S: Nanos = 1_000_000_000;
 
-/// The judged windows' worst shortfall, and where: (short, window start in s, client).
-fn worst(outcome: &Outcome) -> (f64, f64, usize) {
+/// The judged windows' worst shortfall, and where: (short, window start in s, client). With
+/// `sliced`, the same mix time-sliced, each window divides what the mix could use
+/// ([`referee::capacity`]); without, the whole GPU.
+fn worst(outcome: &Outcome, sliced: Option<&Outcome>) -> (f64, f64, usize) {
     let mut worst = (f64::NEG_INFINITY, 0.0, 0);
-    for w in outcome
+    for (k, w) in outcome
         .windows
         .iter()
-        .filter(|w| referee::settled(w.since_change))
+        .enumerate()
+        .filter(|(_, w)| referee::settled(w.since_change))
     {
-        for (i, v) in referee::judge(&w.clients).iter().enumerate() {
+        let total = |w: &Window| w.clients.iter().map(|c| c.got).sum::<f64>();
+        let capacity = sliced.map_or(1.0, |s| {
+            referee::capacity(total(w), s.windows.get(k).map_or(0.0, total))
+        });
+        for (i, v) in referee::judge_within(&w.clients, capacity).iter().enumerate() {
             if v.short > worst.0 {
                 worst = (v.short, w.t0 as f64 / 1e9, i);
             }
@@ -199,22 +206,34 @@ fn saturating_mixes_keep_every_clients_due_share() {
     );
 }
 
-/// Prints, for each kind of loop in the library, how many random mixes of it keep the promise:
+/// Prints, for each kind of loop in the library, how many random mixes of it keep the promise
+/// (each window dividing what the mix could use, [`referee::capacity`]), beside the same for
+/// plain time-slicing, and in how many gpushare left some client shorter than time-slicing did:
 /// `cargo test --release --lib simulation::tests::promise_by_kind -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn promise_by_kind() {
     for kind in BATCH_KINDS.into_iter().chain([Kind::Saturating]) {
         let mut shorts = vec![];
+        let mut sliced = vec![];
         for seed in 0..30 {
             let sc = Scenario::random_of(seed, 30 * S, &[kind]);
-            shorts.push(worst(&run(&sc)).0);
+            let (out, ts) = (run(&sc), run_time_sliced(&sc));
+            shorts.push(worst(&out, Some(&ts)).0);
+            sliced.push(worst(&ts, Some(&out)).0);
         }
-        shorts.sort_by(f64::total_cmp);
-        let ok = shorts.iter().filter(|&&x| x <= 0.03).count();
+        let worse = shorts
+            .iter()
+            .zip(&sliced)
+            .filter(|(g, t)| **g > **t + referee::TOLERANCE)
+            .count();
+        for v in [&mut shorts, &mut sliced] {
+            v.sort_by(f64::total_cmp);
+        }
+        let ok = |v: &[f64]| v.iter().filter(|&&x| x <= referee::TOLERANCE).count();
         eprintln!(
-            "{kind:?}: {ok}/30 kept; median worst {:.3}, max {:.3}",
-            shorts[15], shorts[29]
+            "{kind:?}: {}/30 kept (time-sliced {}/30); median worst {:.3} ({:.3}), max {:.3} ({:.3}); {worse} worse than time-sliced",
+            ok(&shorts), ok(&sliced), shorts[15], sliced[15], shorts[29], sliced[29]
         );
     }
 }
@@ -228,8 +247,9 @@ fn kind_from_env() -> Kind {
         .unwrap_or(Kind::Saturating)
 }
 
-/// Prints one random mix and its windows: `SIM_KIND=HostBound SIM_SEED=3 cargo test --release
-/// --lib simulation::tests::explain -- --ignored --nocapture`.
+/// Prints one random mix, its windows under gpushare and time-sliced:
+/// `SIM_KIND=HostBound SIM_SEED=3 cargo test --release --lib simulation::tests::explain --
+/// --ignored --nocapture`.
 #[test]
 #[ignore]
 fn explain() {
@@ -243,22 +263,26 @@ fn explain() {
         }
     }
     eprintln!("changes {:?}", sc.changes);
-    let out = run(&sc);
+    let (out, ts) = (run(&sc), run_time_sliced(&sc));
     print(&out);
-    eprintln!("worst {:?}", worst(&out));
+    eprintln!("worst {:?}", worst(&out, Some(&ts)));
     eprintln!("time-sliced:");
-    print(&run_time_sliced(&sc));
+    print(&ts);
 }
 
-/// The worst of each seed of a kind: `SIM_KIND=HostBound cargo test --release --lib
-/// simulation::tests::seeds_of_kind -- --ignored --nocapture`.
+/// The worst window of each seed of a kind, under gpushare and time-sliced: `SIM_KIND=HostBound
+/// cargo test --release --lib simulation::tests::seeds_of_kind -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn seeds_of_kind() {
     let kind = kind_from_env();
     for seed in 0..30 {
         let sc = Scenario::random_of(seed, 30 * S, &[kind]);
-        eprintln!("seed {seed}: {:?}", worst(&run(&sc)));
+        let (out, ts) = (run(&sc), run_time_sliced(&sc));
+        eprintln!(
+            "seed {seed}: {:?}, time-sliced {:?}",
+            worst(&out, Some(&ts)),
+            worst(&ts, Some(&out))
+        );
     }
 }
-
