@@ -15,7 +15,11 @@ and since_change: seconds from the last change (a process starting or stopping w
 change) to the window's start, 0 where one falls inside the window. These go to
 seed-N/windows.jsonl, one window a line:
   {"seed": N, "t0": .., "t1": .., "since_change": s,
-   "clients": [{"name", "request", "limit", "interactive", "demand", "got", "used"}]}
+   "clients": [{"name", "request", "limit", "interactive", "demand", "got", "used"}],
+   "sliced": T}
+with T, where the seed ran time-sliced too, the clients' got added up over the same part of the
+mix there (its run is shorter: the same fractions of it): the referee then divides what the mix
+could use, the larger of T and what the clients got here, instead of the whole GPU.
 Where the referee exists (--referee, default $TARGET/gpushare-referee, else
 target/release/gpushare-referee), windows.jsonl is piped through it into seed-N/verdicts.jsonl.
 Each client's due share comes from verdicts.jsonl where it exists (`due` per window and client),
@@ -184,6 +188,17 @@ def analyze_seed(d, solo, a):
         for c in s.get("clients", []):
             used.setdefault(c["name"], []).append((s["t"], c.get("charged_ns") or 0))
 
+    # the same part of the mix under plain time-slicing (its run is shorter, its times scaled):
+    # what the mix could use there, for the referee's capacity
+    ts_procs = load_procs(os.path.join(d, "timeslice")) if "timeslice" in runs else {}
+
+    def sliced(fa, fb):
+        ta, tspan = runs["timeslice"]["t0"], runs["timeslice"]["seconds"]
+        xa, xb = ta + fa * tspan, ta + fb * tspan
+        got = sum(p.units(xa, xb) * solo[spec_of[n]]["gpu_s_per_unit"]
+                  for n, p in ts_procs.items() if p.working and spec_of.get(n) in solo)
+        return round(got / (xb - xa), 4)
+
     windows = []
     for k in range(int(span // a.window)):
         wa, wb = t0 + k * a.window, t0 + (k + 1) * a.window
@@ -207,8 +222,11 @@ def analyze_seed(d, solo, a):
             clients.append({"name": c["name"], "request": request, "limit": c["limit"],
                             "interactive": c["interactive"], "demand": round(demand, 4),
                             "got": round(got, 4), "used": None if u is None else round(u, 4)})
-        windows.append({"seed": seed, "t0": round(wa - t0, 3), "t1": round(wb - t0, 3),
-                        "since_change": round(since, 3), "clients": clients})
+        w = {"seed": seed, "t0": round(wa - t0, 3), "t1": round(wb - t0, 3),
+             "since_change": round(since, 3), "clients": clients}
+        if ts_procs:
+            w["sliced"] = sliced((wa - t0) / span, (wb - t0) / span)
+        windows.append(w)
     wpath = os.path.join(d, "windows.jsonl")
     text = "".join(json.dumps(w) + "\n" for w in windows)
     if not os.path.exists(wpath) or open(wpath).read() != text:  # unchanged: verdicts on it stay valid

@@ -2,9 +2,12 @@
 //!
 //! Reads JSON lines, one window each:
 //! `{"seed":N,"t0":S,"t1":S,"since_change":S,"clients":[{"name":..,"request":..,"limit":..,
-//! "interactive":bool,"demand":D,"got":G,"used":U}]}` (times in seconds, `used` optional), and
-//! writes one line per window with each client's `due`, `got`, `short`, `used_error`, `kept` and
-//! `used_kept`, and the window's `judged` (it starts a settling time or more after a change).
+//! "interactive":bool,"demand":D,"got":G,"used":U}],"sliced":T}` (times in seconds; `used`
+//! optional; `sliced`, optional, what the same mix got done under plain time-slicing over the
+//! same part of it, the clients' got added up: the window then divides what the mix could use,
+//! [`referee::capacity`], else the whole GPU), and writes one line per window with each client's
+//! `due`, `got`, `short`, `used_error`, `kept` and `used_kept`, the window's `capacity`, and its
+//! `judged` (it starts a settling time or more after a change).
 //! Exits 1 when a judged window broke the promise, 2 on input it cannot read.
 
 use std::io::{BufRead, Write};
@@ -41,7 +44,12 @@ fn window(w: &Value) -> Result<Value, String> {
         .and_then(Value::as_f64)
         .unwrap_or(f64::INFINITY);
     let judged = referee::settled((since.max(0.0) * 1e9).min(u64::MAX as f64) as u64);
-    let verdicts: Vec<Value> = referee::judge(&observed)
+    let got: f64 = observed.iter().map(|c| c.got).sum();
+    let capacity = match w.get("sliced") {
+        None | Some(Value::Null) => 1.0,
+        Some(v) => referee::capacity(got, v.as_f64().ok_or("\"sliced\" is not a number")?),
+    };
+    let verdicts: Vec<Value> = referee::judge_within(&observed, capacity)
         .iter()
         .zip(clients)
         .map(|(v, c)| {
@@ -53,7 +61,7 @@ fn window(w: &Value) -> Result<Value, String> {
         .collect();
     Ok(json!({
         "seed": w.get("seed"), "t0": w.get("t0"), "t1": w.get("t1"),
-        "judged": judged, "clients": verdicts,
+        "judged": judged, "capacity": capacity, "clients": verdicts,
     }))
 }
 

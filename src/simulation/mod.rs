@@ -58,12 +58,15 @@ pub struct Outcome {
     pub ran: Vec<Nanos>,
 }
 
-/// The fraction of the GPU `work` keeps busy alone, without the hook, while it runs.
+/// The fraction of the GPU `work` keeps busy alone, without the hook, while it runs (once started
+/// up).
 pub fn solo_busy(work: &Workload) -> f64 {
     let span = (work.end - work.start).min(5_000_000_000);
+    // its pace once started up
     let alone = Workload {
         start: 0,
         end: span,
+        warmup_ns: 0,
         ..*work
     };
     let mut gpu = Gpu::new(1);

@@ -12,7 +12,7 @@ use crate::scheduler::Nanos;
 /// `kernel_ns` each (launched at `launch_ns` of host time each, or all at once as one CUDA
 /// graph), then, if `sync`, it waits for them, then `host_ns` of host work. With `period_ns`,
 /// a step begins every period instead (an inference service), and how long each took from its
-/// start to its work done is recorded.
+/// start to its work done is recorded. A program may start up slowly first (`warmup_ns`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Workload {
     pub kernel_ns: Nanos,
@@ -24,7 +24,14 @@ pub struct Workload {
     pub period_ns: Option<Nanos>,
     pub start: Nanos,
     pub end: Nanos,
+    /// For this long after `start` the program starts up (imports, compiles, loads its first
+    /// batch): one small kernel every [`WARMUP_STEP_NS`], the GPU nearly idle.
+    pub warmup_ns: Nanos,
 }
+
+/// How far apart a starting program's steps come, and the kernel of each.
+pub const WARMUP_STEP_NS: Nanos = 50_000_000;
+pub const WARMUP_KERNEL_NS: Nanos = 20_000;
 
 /// How the hook keeps its leases (the daemon's configuration as the hook gets it).
 #[derive(Debug, Clone, Copy)]
@@ -271,7 +278,11 @@ impl Process {
             return (None, wake(Some(self.ready_at)));
         }
         if self.step_left == 0 {
-            self.step_left = self.work.kernels.max(1);
+            self.step_left = if self.warming(now) {
+                1
+            } else {
+                self.work.kernels.max(1)
+            };
             self.step_started = now;
         }
         // a launch: through the gate
@@ -307,7 +318,12 @@ impl Process {
         } else {
             (room.min(u64::from(self.step_left)) as u32).max(1)
         };
-        gpu.enqueue(self.ctx, u64::from(n) * self.work.kernel_ns);
+        let kernel_ns = if self.warming(now) {
+            WARMUP_KERNEL_NS
+        } else {
+            self.work.kernel_ns
+        };
+        gpu.enqueue(self.ctx, u64::from(n) * kernel_ns);
         self.launches += u64::from(n);
         self.last_launch = now;
         self.idle_since = None;
@@ -328,6 +344,11 @@ impl Process {
         (None, wake(Some(self.ready_at)))
     }
 
+    /// Whether it is still starting up.
+    fn warming(&self, now: Nanos) -> bool {
+        now < self.work.start + self.work.warmup_ns
+    }
+
     fn step_done(&mut self, now: Nanos) {
         self.steps += 1;
         self.latencies.push(now - self.step_started);
@@ -341,6 +362,9 @@ impl Process {
                 };
             }
             None => self.ready_at = self.ready_at.max(now) + self.work.host_ns,
+        }
+        if self.warming(now) {
+            self.ready_at = self.ready_at.max(self.step_started + WARMUP_STEP_NS);
         }
     }
 

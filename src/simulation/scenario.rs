@@ -91,6 +91,7 @@ pub fn workload(kind: Kind, rng: &mut Rng, start: Nanos, end: Nanos) -> Workload
         period_ns: None,
         start,
         end,
+        warmup_ns: 0,
     };
     match kind {
         Kind::Kernels => {

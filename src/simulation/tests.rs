@@ -134,6 +134,7 @@ fn a_bursty_client_below_its_request_gets_its_bursts_at_once() {
         period_ns: None,
         start: 0,
         end: 20 * S,
+        warmup_ns: 0,
     };
     let sat = Workload {
         kernels: 64,
@@ -285,4 +286,77 @@ fn seeds_of_kind() {
             worst(&ts, Some(&out))
         );
     }
+}
+
+/// Seed 4 of the GPU soak (H200): a client of request 0.55 (1.6 ms kernels, then 20 ms ones
+/// too, never synchronizing) beside a client of request 0 (1.6 ms kernels synchronizing every
+/// 4, limit 0.76) and an interactive client of request 0.02 (two inference processes, limit
+/// 0.24), the batch programs starting up for 2 s. On the GPU the first got 0.36-0.40 where it
+/// was due 0.93 for the whole run: the daemon took the second for a light process (0.014) from
+/// its leases alone in its start-up, ran the two together, and the driver's equal turns gave it
+/// half the GPU; no probe could correct the estimate while the interactive client was active.
+fn soak_seed_4() -> Scenario {
+    let ms = 1_000_000;
+    let kernels = |kernel_ns, kernels, sync, start| Workload {
+        kernel_ns,
+        kernels,
+        launch_ns: 10_000,
+        graph: false,
+        sync,
+        host_ns: 5_000,
+        period_ns: None,
+        start,
+        end: 60 * S,
+        warmup_ns: 2 * S,
+    };
+    let infer = Workload {
+        kernel_ns: 100_000,
+        kernels: 4,
+        launch_ns: 10_000,
+        graph: false,
+        sync: true,
+        host_ns: 5_000,
+        period_ns: Some(5 * ms),
+        start: 0,
+        end: 60 * S,
+        warmup_ns: 0,
+    };
+    let limited = |request, limit, interactive| Shares {
+        request,
+        limit,
+        interactive,
+    };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            ClientSpec {
+                shares: limited(0.02, 0.24, true),
+                processes: vec![infer, infer],
+            },
+            ClientSpec {
+                shares: limited(0.0, 0.76, false),
+                processes: vec![kernels(8 * ms / 5, 4, true, 0)],
+            },
+            ClientSpec {
+                shares: limited(0.55, 1.0, false),
+                processes: vec![
+                    kernels(20 * ms, 64, false, 20 * S),
+                    kernels(8 * ms / 5, 64, false, 0),
+                ],
+            },
+        ],
+        changes: vec![],
+        duration: 40 * S,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_4_explained() {
+    let sc = soak_seed_4();
+    let (out, ts) = (run(&sc), run_time_sliced(&sc));
+    print(&out);
+    eprintln!("worst {:?}", worst(&out, Some(&ts)));
+    eprintln!("time-sliced:");
+    print(&ts);
 }
