@@ -2550,49 +2550,54 @@ fn a_process_on_two_gpus_takes_their_tokens_in_turn() {
         return;
     };
     let d = one_lease_daemon("[clients.both]\nusers = [\"{uid}\"]\n").start();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("kernels.log");
-    let started = std::time::Instant::now();
-    let out = Run::new(Via::Dlsym)
-        .daemon(&d)
-        .log(&log)
-        .client("both")
-        .env("FAKE_CUDA_DEVICES", "2")
-        .env(
-            "FAKE_CUDA_GPU",
-            &dir.path().join("gpu").display().to_string(),
-        )
-        .ok(&["gpu_threads:2:300"]);
-    assert!(out.contains("gpu_threads 2 300 -> 0"), "{out}");
-    // 600 ms of kernels; one GPU at a time with hand-overs, well within 10 s.
-    assert!(started.elapsed() < std::time::Duration::from_secs(10));
-    let text = std::fs::read_to_string(&log).unwrap();
-    let on = |gpu1: bool| -> Vec<(u64, u64)> {
-        text.lines()
-            .filter(|l| l.ends_with(" dev=1") == gpu1)
-            .map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f[1].parse().unwrap(), f[2].parse().unwrap())
+    measured("two GPUs from two threads", || {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kernels.log");
+        let started = std::time::Instant::now();
+        let out = Run::new(Via::Dlsym)
+            .daemon(&d)
+            .log(&log)
+            .client("both")
+            .env("FAKE_CUDA_DEVICES", "2")
+            .env(
+                "FAKE_CUDA_GPU",
+                &dir.path().join("gpu").display().to_string(),
+            )
+            .ok(&["gpu_threads:2:300"]);
+        assert!(out.contains("gpu_threads 2 300 -> 0"), "{out}");
+        // 600 ms of kernels; one GPU at a time with hand-overs, well within 10 s.
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let on = |gpu1: bool| -> Vec<(u64, u64)> {
+            text.lines()
+                .filter(|l| l.ends_with(" dev=1") == gpu1)
+                .map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    (f[1].parse().unwrap(), f[2].parse().unwrap())
+                })
+                .collect()
+        };
+        let (gpu0, gpu1) = (on(false), on(true));
+        assert_eq!((gpu0.len(), gpu1.len()), (300, 300));
+        let together: u64 = gpu0
+            .iter()
+            .flat_map(|a| {
+                gpu1.iter()
+                    .map(move |b| a.1.min(b.1).saturating_sub(a.0.max(b.0)))
             })
-            .collect()
-    };
-    let (gpu0, gpu1) = (on(false), on(true));
-    assert_eq!((gpu0.len(), gpu1.len()), (300, 300));
-    let together: u64 = gpu0
-        .iter()
-        .flat_map(|a| {
-            gpu1.iter()
-                .map(move |b| a.1.min(b.1).saturating_sub(a.0.max(b.0)))
-        })
-        .sum();
-    // Without turns the two threads' 600 ms of kernels would overlap by some 300 ms. With them
-    // a kernel may still start on the GPU given up: its thread passed the gate, then the host
-    // kept it off the CPU until after the hand-over (seen up to 66 ms in all on a loaded host).
-    assert!(
-        together < 100_000_000,
-        "{} ms of work on both GPUs at once",
-        together / 1_000_000
-    );
+            .sum();
+        // Without turns the two threads' 600 ms of kernels would overlap by some 300 ms. With
+        // them a kernel may still start on the GPU given up: its thread passed the gate, then
+        // the host kept it off the CPU until after the hand-over (up to 108 ms in all, seen on
+        // a loaded host).
+        if together >= 100_000_000 {
+            return Err(format!(
+                "{} ms of work on both GPUs at once",
+                together / 1_000_000
+            ));
+        }
+        Ok(())
+    });
 }
 
 /// A queue stalled behind work that is not the process's own (here an unmanaged process's 1.5 s

@@ -58,7 +58,8 @@ fn with_time_slicing_beside_it_a_window_divides_what_the_mix_could_use() {
     let a = &v[0]["clients"][0];
     assert!((a["due"].as_f64().unwrap() - 0.26).abs() < 1e-9, "{a}");
 
-    let kept = window(r#","sliced":0.66"#).replace(r#""got":0.04,"used":0.05"#, r#""got":0.25,"used":0.26"#);
+    let kept = window(r#","sliced":0.66"#)
+        .replace(r#""got":0.04,"used":0.05"#, r#""got":0.25,"used":0.26"#);
     let (out, v) = referee(&kept);
     assert_eq!(out.status.code(), Some(0), "{v:?}");
 }

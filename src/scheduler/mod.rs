@@ -294,6 +294,21 @@ impl Scheduler {
         self.owed_at = now.max(self.owed_at);
     }
 
+    /// Whether `client` is of the latency class.
+    fn interactive(&self, client: ClientId) -> bool {
+        self.clients
+            .get(&client)
+            .is_some_and(|c| c.shares.interactive)
+    }
+
+    /// Whether a batch lease other than `session`'s runs: an interactive client's leases,
+    /// short and light, leave a batch lease alone for measuring its process's demand.
+    fn other_batch_lease(&self, session: SessionId) -> bool {
+        self.holders
+            .iter()
+            .any(|h| h.session != session && !self.interactive(h.client))
+    }
+
     fn holds(&self, client: ClientId) -> bool {
         self.holders.iter().any(|h| h.client == client)
     }
@@ -482,7 +497,7 @@ impl Scheduler {
         }
         c.grants += 1;
         book.granted();
-        let alone = self.holders.len() == 1;
+        let alone = !self.other_batch_lease(session);
         let h = &mut self.holders[i];
         *h = Lease {
             session,
@@ -783,20 +798,23 @@ impl Scheduler {
                     // nothing starts beside a probe (nor does another probe cut it short)
                     return None;
                 }
-                if probe {
-                    // A probe waits for the GPU to itself, and nothing starts meanwhile: the
-                    // batch leases running end at their holders' next launch, so that everyone
-                    // waits for their drained queues, not for the rest of their leases.
+                if probe && self.other_batch_lease(next) {
+                    // A probe waits for the GPU to itself (an interactive client's leases
+                    // aside), and nothing starts meanwhile: the batch leases running end at
+                    // their holders' next launch, so that everyone waits for their drained
+                    // queues, not for the rest of their leases.
                     self.revoke_batch(now);
                     self.probe_next = Some((id, next));
                     return None;
                 }
-                if self.holders.iter().any(|h| h.revoked) {
-                    // nothing starts while leases drain for a probe or an interactive client
-                    return None;
-                }
-                if !self.fair_beside(id, next, now) {
-                    return self.backfill(&line, id, next, now);
+                if !probe {
+                    if self.holders.iter().any(|h| h.revoked) {
+                        // nothing starts while leases drain for a probe or an interactive client
+                        return None;
+                    }
+                    if !self.fair_beside(id, next, now) {
+                        return self.backfill(&line, id, next, now);
+                    }
                 }
             }
         }
@@ -811,14 +829,15 @@ impl Scheduler {
     }
 
     /// Ends the running batch leases at their holders' next launch (they are told through
-    /// [`Scheduler::take_revoked`]); an interactive client's lease runs on.
+    /// [`Scheduler::take_revoked`]); an interactive client's lease runs on, and so does a probe
+    /// (a quarter quantum with a short queue): cut short, it measured nothing and stayed due.
     fn revoke_batch(&mut self, now: Nanos) {
         for h in &mut self.holders {
             let interactive = self
                 .clients
                 .get(&h.client)
                 .is_some_and(|c| c.shares.interactive);
-            if !h.revoked && !interactive {
+            if !h.revoked && !interactive && !h.probe {
                 h.revoked = true;
                 h.end = h.end.min(now);
                 self.revoked.push(h.session);
@@ -839,14 +858,24 @@ impl Scheduler {
         let book = self.books.entry(session).or_default();
         book.granted();
         c.waited_total += book.end_wait(now);
-        let alone = self.holders.is_empty();
+        let shared = self.demand_gated && !self.holders.is_empty();
+        // An interactive lease, short and light, leaves the batch leases it joins alone for
+        // measuring demands (their hooks are told it joined all the same: their queues wait
+        // for its work); a batch lease is alone beside interactive ones.
+        let joiner_interactive = self.interactive(id);
+        let alone = if joiner_interactive {
+            self.holders.is_empty()
+        } else {
+            !self.holders.iter().any(|h| !self.interactive(h.client))
+        };
         for h in &mut self.holders {
             if h.alone && self.demand_gated {
                 self.joined.push(h.session);
             }
-            h.alone = false;
+            if !joiner_interactive {
+                h.alone = false;
+            }
         }
-        let shared = self.demand_gated && !alone;
         let tight = self.tight_for(id, now);
         self.holders.push(Lease {
             session,

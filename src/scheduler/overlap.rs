@@ -109,13 +109,15 @@ impl Scheduler {
     /// Whether the next lease of `session` is a probe: it is due one, and demands decide
     /// something. They decide nothing while every process weighs the same: no probe then, but
     /// for a process's first (its hook learns the GPU time of its launches alone, which bounds
-    /// its queue beside others). Nor while an interactive client is active: its leases cut a
-    /// probe short, which then measures nothing and stays due. Batch processes due probes then
-    /// jumped the line again and again, and a third saturating client of the same request beside
-    /// an inference client got nothing for a whole run (two others took turns in probes).
-    pub(super) fn probe_now(&self, session: SessionId, now: Nanos) -> bool {
+    /// its queue beside others). An interactive client's leases run beside a probe and do not
+    /// cut it short: cut short, a probe measured nothing and stayed due, and batch processes
+    /// due probes jumped the line again and again (a third saturating client of the same
+    /// request beside an inference client got nothing for a whole run). Without probes while an
+    /// interactive client was active, an estimate taken in a process's start-up was never
+    /// corrected: a saturating loop taken for a light one ran beside a client of request 0.55
+    /// for a whole run on an H200, and the driver's equal turns gave it half the GPU.
+    pub(super) fn probe_now(&self, session: SessionId, _now: Nanos) -> bool {
         self.demand.probe_due(session)
-            && !self.interactive_recently(now)
             && (self.demand.never_alone(session) || !self.equal_weights())
     }
 
@@ -148,8 +150,9 @@ impl Scheduler {
     /// estimate, and the pair shared the GPU equally (0.42 / 0.44 of their rates alone) for the
     /// whole run, its estimate never measured again.
     pub(super) fn measuring_alone(&self, now: Nanos) -> bool {
-        match self.holders.as_slice() {
-            [h] => h.alone && !h.probe && self.probe_now(h.session, now),
+        let mut batch = self.holders.iter().filter(|h| !self.interactive(h.client));
+        match (batch.next(), batch.next()) {
+            (Some(h), None) => h.alone && !h.probe && self.probe_now(h.session, now),
             _ => false,
         }
     }

@@ -818,6 +818,55 @@ fn a_process_due_a_probe_that_never_comes_extends_its_lease() {
     assert!(s.demand.probe_due(10), "still due one");
 }
 
+/// A process due a probe gets it while an interactive client is active, beside the interactive
+/// lease, and the interactive client's next lease does not cut it short: an estimate taken in a
+/// process's start-up is corrected whatever runs beside it.
+#[test]
+fn a_probe_runs_beside_an_interactive_client_and_is_not_cut_short() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.05, 1.0), 0);
+    s.set_client(
+        3,
+        Shares {
+            request: 0.1,
+            limit: 1.0,
+            interactive: true,
+        },
+        0,
+    );
+    // measured alone once, in its start-up: light
+    s.acquire(1, 10, 0);
+    s.poll(0).unwrap();
+    s.release(10, MS / 2, 20 * MS);
+    // busy all along beside the other batch process: ambiguous, due a probe
+    s.acquire(1, 10, 20 * MS);
+    s.acquire(2, 20, 20 * MS);
+    while s.poll(20 * MS).is_some() {}
+    assert_eq!(s.holder_count(), 2, "light and unknown: together");
+    s.release(10, 10 * MS, 30 * MS);
+    assert!(s.demand.probe_due(10));
+    // an inference request comes; the other batch lease ends at its holder's next launch
+    s.acquire(3, 30, 31 * MS);
+    assert_eq!(s.poll(31 * MS).unwrap().session, 30);
+    assert_eq!(s.take_revoked(), vec![20]);
+    s.release(20, MS, 31 * MS);
+    s.acquire(2, 20, 31 * MS);
+    // the probe starts beside the inference lease
+    s.acquire(1, 10, 32 * MS);
+    let g = s.poll(32 * MS).unwrap();
+    assert_eq!((g.session, g.lease_ns), (10, 5 * MS), "a probe: {g:?}");
+    assert!(g.tight, "beside an interactive client, a short queue");
+    // the inference request ends; the next one starts beside the probe without ending it
+    s.release(30, MS / 2, 33 * MS);
+    s.acquire(3, 30, 34 * MS);
+    assert_eq!(s.poll(34 * MS).unwrap().session, 30);
+    assert!(s.take_revoked().is_empty(), "the probe runs on");
+    s.release(10, 5 * MS, 37 * MS);
+    assert!(!s.demand.probe_due(10), "measured");
+    assert!(s.demand(10).unwrap() > 0.9, "{:?}", s.demand(10));
+}
+
 /// Beside an active interactive client, batch processes of equal weights overlap only as
 /// far as their demands fit: its next request then waits for one bounded queue, not several.
 #[test]
@@ -902,11 +951,7 @@ fn an_interactive_client_runs_at_once_and_batch_leases_are_revoked() {
     s.acquire(1, 10, 13 * MS);
     let g = s.poll(13 * MS).unwrap();
     assert!(g.tight);
-    assert_eq!(
-        g.lease_ns,
-        20 * MS,
-        "no probe while an interactive client was active lately: its leases would cut it short"
-    );
+    assert_eq!(g.lease_ns, 20 * MS, "not due a probe");
     s.release(10, 5 * MS, 18 * MS);
     s.acquire(1, 10, 18 * MS);
     assert!(s.poll(18 * MS).unwrap().tight);
