@@ -309,6 +309,11 @@ impl Scheduler {
             .any(|h| h.session != session && !self.interactive(h.client))
     }
 
+    /// Whether any batch lease runs.
+    fn batch_lease_runs(&self) -> bool {
+        self.holders.iter().any(|h| !self.interactive(h.client))
+    }
+
     fn holds(&self, client: ClientId) -> bool {
         self.holders.iter().any(|h| h.client == client)
     }
@@ -470,7 +475,7 @@ impl Scheduler {
         let h = &self.holders[i];
         if h.revoked
             || h.probe
-            || self.probe_now(session, now)
+            || self.probe_now(session)
             || self.overlapping_by_demand(now)
             || (self.taking_turns(now) && self.holders.len() > 1)
         {
@@ -780,7 +785,7 @@ impl Scheduler {
                 .clients
                 .get(&client)
                 .is_some_and(|c| c.waiting.front() == Some(&session) && c.credit > 0.0)
-                && self.probe_now(session, now);
+                && self.probe_now(session);
             if still {
                 id = client;
             } else {
@@ -792,7 +797,7 @@ impl Scheduler {
         let mut probe = false;
         if self.demand_gated {
             let next = *self.clients.get(&id)?.waiting.front()?;
-            probe = self.probe_now(next, now);
+            probe = self.probe_now(next);
             if !self.holders.is_empty() {
                 if self.holders.iter().any(|h| h.probe) {
                     // nothing starts beside a probe (nor does another probe cut it short)
@@ -866,7 +871,7 @@ impl Scheduler {
         let alone = if joiner_interactive {
             self.holders.is_empty()
         } else {
-            !self.holders.iter().any(|h| !self.interactive(h.client))
+            !self.batch_lease_runs()
         };
         for h in &mut self.holders {
             if h.alone && self.demand_gated {

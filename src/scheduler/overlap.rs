@@ -77,7 +77,7 @@ impl Scheduler {
     /// ([`fairness::fair_together`]). While an interactive client is active
     /// ([`INTERACTIVE_RECENT`]), only while all their demands fit.
     pub(super) fn fair_beside(&self, id: ClientId, next: SessionId, now: Nanos) -> bool {
-        if self.measuring_alone(now) {
+        if self.measuring_alone() {
             return false;
         }
         let running = self.holders.iter().map(|h| (h.session, h.client));
@@ -116,7 +116,7 @@ impl Scheduler {
     /// interactive client was active, an estimate taken in a process's start-up was never
     /// corrected: a saturating loop taken for a light one ran beside a client of request 0.55
     /// for a whole run on an H200, and the driver's equal turns gave it half the GPU.
-    pub(super) fn probe_now(&self, session: SessionId, _now: Nanos) -> bool {
+    pub(super) fn probe_now(&self, session: SessionId) -> bool {
         self.demand.probe_due(session)
             && (self.demand.never_alone(session) || !self.equal_weights())
     }
@@ -137,7 +137,7 @@ impl Scheduler {
             self.clients
                 .get(id)
                 .and_then(|c| c.waiting.front())
-                .is_some_and(|&s| self.demand.probe_overdue(s, now) && self.probe_now(s, now))
+                .is_some_and(|&s| self.demand.probe_overdue(s, now) && self.probe_now(s))
         })
     }
 
@@ -149,10 +149,10 @@ impl Scheduler {
     /// (requests 0.75 / 0.25) the other then started beside each of its leases, by the light
     /// estimate, and the pair shared the GPU equally (0.42 / 0.44 of their rates alone) for the
     /// whole run, its estimate never measured again.
-    pub(super) fn measuring_alone(&self, now: Nanos) -> bool {
+    pub(super) fn measuring_alone(&self) -> bool {
         let mut batch = self.holders.iter().filter(|h| !self.interactive(h.client));
         match (batch.next(), batch.next()) {
-            (Some(h), None) => h.alone && !h.probe && self.probe_now(h.session, now),
+            (Some(h), None) => h.alone && !h.probe && self.probe_now(h.session),
             _ => false,
         }
     }
