@@ -195,7 +195,7 @@ impl Scheduler {
                     .collect();
                 self.fair_beside(id, next, now) && self.fit_together(after.into_iter(), now)
             })?;
-        let g = self.grant(id, now, false)?;
+        let g = self.grant(id, now, false, "backfill")?;
         if let Some(h) = self.holders.last_mut() {
             h.backfilled = true;
         }

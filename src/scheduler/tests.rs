@@ -2162,3 +2162,37 @@ fn a_clients_demand_adds_up_its_processes_that_hold_or_wait() {
     s.set_slots(usize::MAX, false);
     assert_eq!(s.client_demand(1), 0.0, "no overlap by demand");
 }
+
+/// A client of limit 1 whose two processes take the token in turn, each lease running 6 ms past
+/// its 20 ms (its last kernel drains), beside a client of request 0 that always waits; the
+/// scheduler polls every millisecond meanwhile, as requests from other processes make it. The
+/// first keeps nearly all the GPU: what its running lease owes does not count against its
+/// limit's credit twice. With the credit refilled to a full bucket while the lease ran, the
+/// charge at its end left the client in debt, and the request-0 client took every other turn
+/// (GPU soak seed 4: 0.27 of the GPU for a client due 0.02).
+#[test]
+fn a_lease_that_runs_past_its_end_leaves_no_debt_against_a_limit_of_one() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(10 * MS);
+    s.set_client(1, shares(0.55, 1.0), 0);
+    s.set_client(2, shares(0.0, 0.76), 0);
+    for (client, session) in [(1, 10), (1, 11), (2, 20)] {
+        s.acquire(client, session, 0);
+    }
+    let mut now = 0;
+    let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
+    while now < 10 * S {
+        let g = s.poll(now).expect("someone waits");
+        for _ in 0..25 {
+            now += MS;
+            assert!(s.poll(now).is_none(), "one lease at a time");
+        }
+        now += MS;
+        *held.entry(g.client).or_default() += 26 * MS;
+        s.release(g.session, 26 * MS, now);
+        s.acquire(g.client, g.session, now);
+    }
+    let total: Nanos = held.values().sum();
+    let first = held[&1] as f64 / total as f64;
+    assert!(first > 0.95, "the client of request 0.55 held {first:.3} of the GPU");
+}
