@@ -56,8 +56,8 @@ impl Identity {
         }
     }
 
-    /// This identity with the place of its process `pid` (read at once: call it as soon as the
-    /// peer is known, before its pid could be reused).
+    /// This identity with the place of its process (read with `CgroupPlace::of_pid` as soon as
+    /// the peer is known, before its pid could be reused).
     pub fn with_place(mut self, place: Option<CgroupPlace>) -> Identity {
         self.place = place;
         self
