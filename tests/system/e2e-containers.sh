@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Commands in single quotes run inside the container or in a child shell.
-# shellcheck disable=SC2016
+# shellcheck disable=SC2016,SC2154
 #
 # System checks of containers, sourced by e2e.sh (its helpers and variables:
 # check, ctr, as, client_field, output_matches, fails_matching, $root, $work,
