@@ -166,6 +166,37 @@ impl MemoryMode {
 pub struct Access {
     pub users: Vec<String>,
     pub groups: Vec<String>,
+    /// Processes in a systemd unit matching one of these (`docker-*.scope`) may attach, whoever
+    /// runs them, and get this client when they name none (see `crate::cgroup_place`).
+    pub units: Vec<glob::Pattern>,
+    /// The same for processes under a slice matching one of these (`user-1000.slice`).
+    pub slices: Vec<glob::Pattern>,
+}
+
+/// Checks the `units` or `slices` patterns of a client (`key` names them in the message): each a
+/// glob of one cgroup name (no '/') ending in `suffix` (or in '*').
+fn unit_patterns(
+    key: &str,
+    patterns: &[String],
+    suffixes: &[&str],
+) -> Result<Vec<glob::Pattern>, String> {
+    patterns
+        .iter()
+        .map(|p| {
+            if p.is_empty() || p.contains('/') {
+                return Err(format!(
+                    "{key}: {p:?} must be the name of one systemd unit or a glob of it, without '/'"
+                ));
+            }
+            if !suffixes.iter().any(|s| p.ends_with(s)) && !p.ends_with('*') {
+                return Err(format!(
+                    "{key}: {p:?} must end in {} (or '*')",
+                    suffixes.join(" or ")
+                ));
+            }
+            glob::Pattern::new(p).map_err(|e| format!("{key}: {p:?} is not a glob pattern: {e}"))
+        })
+        .collect()
 }
 
 /// A named client from the config or from a D-Bus registration.
@@ -389,6 +420,10 @@ struct FileClient {
     users: Vec<String>,
     #[serde(default)]
     groups: Vec<String>,
+    #[serde(default)]
+    units: Vec<String>,
+    #[serde(default)]
+    slices: Vec<String>,
     mps_thread_percentage: Option<u32>,
     mps_pinned_mem_limit: Option<MemoryValue>,
     mps_priority: Option<MpsPriority>,
@@ -622,6 +657,12 @@ impl Config {
                 access: Access {
                     users: c.users.clone(),
                     groups: c.groups.clone(),
+                    units: unit_patterns(
+                        &format!("{what}.units"),
+                        &c.units,
+                        &[".scope", ".service"],
+                    )?,
+                    slices: unit_patterns(&format!("{what}.slices"), &c.slices, &[".slice"])?,
                 },
             };
             spec.memory_mode.check(&what, spec.share.memory)?;
@@ -910,6 +951,40 @@ mps_priority = "below-normal"
         for (text, want) in cases {
             let e = Config::parse(text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn units_and_slices_are_globs_of_one_unit_name() {
+        let c = Config::parse(
+            "[clients.containers]\nunits = [\"docker-*.scope\", \"libpod-*\"]\n\
+             [clients.lab]\nslices = [\"user-1000.slice\"]\nusers = [\"bob\"]\n",
+        )
+        .unwrap();
+        let units = &c.clients["containers"].access.units;
+        assert_eq!(units.len(), 2);
+        assert!(units[0].matches("docker-4f1e.scope") && !units[0].matches("docker-4f1e.service"));
+        assert!(units[1].matches("libpod-conmon-1.scope"));
+        assert!(c.clients["containers"].access.slices.is_empty());
+        assert!(c.clients["lab"].access.slices[0].matches("user-1000.slice"));
+        assert_eq!(c.clients["lab"].access.users, vec!["bob"]);
+        let cases = [
+            (
+                "units = [\"docker-*.slice\"]",
+                "clients.a.units: \"docker-*.slice\" must end in .scope or .service",
+            ),
+            ("units = [\"system.slice/docker.service\"]", "without '/'"),
+            ("units = [\"\"]", "clients.a.units"),
+            (
+                "slices = [\"user-1000.scope\"]",
+                "clients.a.slices: \"user-1000.scope\" must end in .slice",
+            ),
+            ("slices = [\"user-[.slice\"]", "is not a glob pattern"),
+            ("slices = \"user.slice\"", "invalid type"),
+        ];
+        for (line, want) in cases {
+            let e = Config::parse(&format!("[clients.a]\n{line}\n")).unwrap_err();
+            assert!(e.contains(want), "{line}: {e}");
         }
     }
 

@@ -10,6 +10,8 @@ pub mod api;
 #[cfg(feature = "daemon")]
 pub mod bus;
 #[cfg(feature = "daemon")]
+pub mod cgroup_place;
+#[cfg(feature = "daemon")]
 pub mod cli;
 #[cfg(feature = "daemon")]
 pub mod config;

@@ -1,6 +1,7 @@
 //! `gpushare`: the command line client of the org.gpushare1 D-Bus API, and `gpushare run`, which
 //! starts a program with the hook preloaded.
 
+mod cdi;
 mod check;
 mod output;
 mod run;
@@ -112,6 +113,29 @@ pub enum Command {
         /// Attach as this client (default: your user's default client).
         #[arg(long, env = "GPUSHARE_CLIENT", default_value = "")]
         name: String,
+    },
+    /// Write the Container Device Interface spec that puts containers under gpushare.
+    ///
+    /// With it, `podman run --device gpushare.io/gpu=all IMAGE` (or docker with CDI enabled)
+    /// mounts the daemon's socket directory (--socket's) at /run/gpushare, the hook at
+    /// /usr/lib/gpushare/libgpushare.so and the Python start-up code at
+    /// /usr/lib/gpushare/python in the container, and sets LD_PRELOAD, GPUSHARE_SOCKET and
+    /// PYTHONPATH there (replacing the image's own values). The GPU itself comes from the NVIDIA
+    /// Container Toolkit's spec: add `--device nvidia.com/gpu=all`. The daemon sees the
+    /// container's processes with the uid the kernel reports for them (for rootful podman or
+    /// docker without a user namespace, the uid inside the container) and gives them the
+    /// client their user, or a client's units/slices (gpushare.toml(5)), selects. Run it again
+    /// after moving the hook or the socket.
+    Cdi {
+        /// Where to write the spec; "-" for standard output.
+        #[arg(long, default_value = cdi::DEFAULT_OUTPUT)]
+        output: PathBuf,
+        /// The hook library to mount into containers.
+        #[arg(long, env = "GPUSHARE_HOOK", default_value = run::DEFAULT_HOOK)]
+        hook: PathBuf,
+        /// Python start-up code to mount; left out when the directory does not exist.
+        #[arg(long, env = "GPUSHARE_PYTHON", default_value = run::DEFAULT_PYTHON)]
+        python: PathBuf,
     },
     /// Run a program under gpushare: with the hook preloaded, attached as a client.
     Run {
@@ -236,6 +260,21 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         return run::exec(name.as_deref(), &hook, &python, &command)
             .map_err(|message| Failure { message, code: 1 });
     }
+    if let Command::Cdi {
+        output,
+        hook,
+        python,
+    } = &cli.command
+    {
+        cdi::spec(&cdi::Sources {
+            socket: cli.socket.clone(),
+            hook: hook.clone(),
+            python: python.clone(),
+        })
+        .and_then(|text| cdi::write(output, &text))
+        .map_err(|message| Failure { message, code: 1 })?;
+        return Ok(());
+    }
     if let Command::Check { name } = &cli.command {
         let reply =
             check::attach(&cli.socket, name).map_err(|message| Failure { message, code: 1 })?;
@@ -315,6 +354,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Unregister { name } => m.unregister_client(&name).await?,
         Command::Reload => m.reload().await?,
         Command::Run { .. }
+        | Command::Cdi { .. }
         | Command::Check { .. }
         | Command::Status
         | Command::Clients

@@ -223,7 +223,11 @@ impl Manager {
             },
             mps: MpsShare::default(),
             memory_mode: MemoryMode::default(),
-            access: Access { users, groups },
+            access: Access {
+                users,
+                groups,
+                ..Access::default()
+            },
         };
         self.lock().register(spec)?;
         self.changed();

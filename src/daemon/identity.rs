@@ -1,6 +1,8 @@
 //! Who a peer is: its uid, user name and groups, from the kernel's word (SO_PEERCRED, the bus
-//! daemon's GetConnectionUnixUser) and the system's user database. Never from what a client says.
+//! daemon's GetConnectionUnixUser) and the system's user database, and for a socket peer the
+//! slices and unit its process runs in (/proc/PID/cgroup). Never from what a client says.
 
+use crate::cgroup_place::{Binding, CgroupPlace};
 use crate::config::Access;
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 use std::ffi::CString;
@@ -12,6 +14,9 @@ pub struct Identity {
     /// Names of the user's groups (primary and supplementary); gids without a name as numbers.
     pub groups: Vec<String>,
     pub gids: Vec<u32>,
+    /// The slices and system unit of the peer's process; `None` for D-Bus callers, and when
+    /// they could not be read.
+    pub place: Option<CgroupPlace>,
 }
 
 impl Identity {
@@ -47,7 +52,20 @@ impl Identity {
             user: name,
             groups,
             gids,
+            place: None,
         }
+    }
+
+    /// This identity with the place of its process (read with `CgroupPlace::of_pid` as soon as
+    /// the peer is known, before its pid could be reused).
+    pub fn with_place(mut self, place: Option<CgroupPlace>) -> Identity {
+        self.place = place;
+        self
+    }
+
+    /// How a client's `units`/`slices` bind this identity's process; `None`: not at all.
+    pub fn binding(&self, access: &Access) -> Option<Binding> {
+        self.place.as_ref()?.binding(&access.units, &access.slices)
     }
 
     pub fn is_root(&self) -> bool {
@@ -68,9 +86,11 @@ impl Identity {
     }
 
     /// Whether this identity may attach as a client with `access`. Root may attach as any client;
-    /// `"*"` in users admits everyone; an empty list admits no one else.
+    /// `"*"` in users admits everyone; a process in a unit or under a slice that `units`/`slices`
+    /// match is admitted whoever runs it; empty lists admit no one else.
     pub fn may_attach(&self, access: &Access) -> bool {
         self.is_root()
+            || self.binding(access).is_some()
             || access.users.iter().any(|u| {
                 u == "*" || *u == self.user || u.parse::<u32>().is_ok_and(|n| n == self.uid)
             })
@@ -88,6 +108,7 @@ mod tests {
             user: "alice".into(),
             groups: vec!["alice".into(), "ml".into()],
             gids: vec![1000, 2000],
+            place: None,
         }
     }
 
@@ -95,7 +116,30 @@ mod tests {
         Access {
             users: users.iter().map(|s| s.to_string()).collect(),
             groups: groups.iter().map(|s| s.to_string()).collect(),
+            ..Access::default()
         }
+    }
+
+    #[test]
+    fn a_unit_or_slice_admits_whoever_runs_in_it() {
+        let bound = Access {
+            units: vec![glob::Pattern::new("libpod-*.scope").unwrap()],
+            slices: vec![glob::Pattern::new("lab.slice").unwrap()],
+            ..Access::default()
+        };
+        let at = |path: &str| alice().with_place(Some(CgroupPlace::from_path(path)));
+        assert!(at("/machine.slice/libpod-12.scope").may_attach(&bound));
+        assert!(at("/lab.slice/run-u7.scope").may_attach(&bound));
+        assert!(!at("/user.slice/user-1000.slice/session-1.scope").may_attach(&bound));
+        // a cgroup a user made below a unit with delegation names no unit of its own
+        assert!(
+            !at("/user.slice/user-1000.slice/user@1000.service/libpod-12.scope").may_attach(&bound)
+        );
+        assert!(!alice().may_attach(&bound), "no place, no binding");
+        assert_eq!(
+            at("/machine.slice/libpod-12.scope").binding(&bound),
+            Some(Binding::Unit)
+        );
     }
 
     #[test]
@@ -113,6 +157,7 @@ mod tests {
             user: "root".into(),
             groups: vec![],
             gids: vec![],
+            place: None,
         };
         assert!(root.may_attach(&access(&[], &[])));
     }
@@ -129,6 +174,7 @@ mod tests {
             user: "root".into(),
             groups: vec![],
             gids: vec![],
+            place: None,
         };
         assert!(root.is_admin(&[]));
     }

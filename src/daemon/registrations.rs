@@ -164,6 +164,7 @@ mod tests {
                 access: Access {
                     users: vec!["bob".into(), "*".into()],
                     groups: vec!["lab \"a\"".into()],
+                    ..Access::default()
                 },
             },
             ClientSpec::plain("b", 0.0),

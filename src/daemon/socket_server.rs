@@ -5,6 +5,7 @@ use super::identity::Identity;
 use super::state::State;
 use super::status;
 use super::status::Listers;
+use crate::cgroup_place::CgroupPlace;
 use crate::protocol::{frame_len, DeviceId, ErrorCode, Reply, Request, PROTOCOL_VERSION};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::os::unix::fs::PermissionsExt;
@@ -135,6 +136,8 @@ async fn handle(
 ) -> Result<(), String> {
     let cred = getsockopt(&stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     let (pid, uid, gid) = (cred.pid() as u32, cred.uid(), cred.gid());
+    // Read at once, while the pid is surely the peer's (a small file of procfs).
+    let place = CgroupPlace::of_pid(pid);
     let mut pending: Vec<u8> = Vec::with_capacity(64);
     let hello =
         match tokio::time::timeout(hello_timeout, read_request(&mut stream, &mut pending)).await {
@@ -187,9 +190,10 @@ async fn handle(
             .await;
         }
     };
-    let who = tokio::task::spawn_blocking(move || Identity::lookup(uid, Some(gid)))
-        .await
-        .map_err(|e| e.to_string())?;
+    let who =
+        tokio::task::spawn_blocking(move || Identity::lookup(uid, Some(gid)).with_place(place))
+            .await
+            .map_err(|e| e.to_string())?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let attached = {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());

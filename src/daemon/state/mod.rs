@@ -237,7 +237,14 @@ impl State {
         reserved: &[(DeviceId, u64)],
         tx: mpsc::UnboundedSender<Reply>,
     ) -> Result<(SessionId, Reply), (ErrorCode, String)> {
-        let name = if requested.is_empty() {
+        let bound = if requested.is_empty() {
+            self.bound_client(who)
+        } else {
+            None
+        };
+        let name = if let Some(name) = bound {
+            name
+        } else if requested.is_empty() {
             let name = format!("user.{}", who.user);
             if !self.clients.contains_key(&name) {
                 let share = self.config.defaults_for(&who.user, &who.groups);
@@ -248,7 +255,7 @@ impl State {
                     memory_mode: MemoryMode::default(),
                     access: Access {
                         users: vec![who.uid.to_string()],
-                        groups: vec![],
+                        ..Access::default()
                     },
                 };
                 self.insert_client(spec, Origin::Default);
@@ -516,6 +523,21 @@ impl State {
     /// managed devices and compares the sum with it, so memory on one GPU is never taken for
     /// memory missing on another (the check may miss memory a process holds on one GPU beyond
     /// what it reserved there while it holds less elsewhere; it never reports one that did not).
+    /// The client whose `units`/`slices` bind the process of `who` most closely (a unit before
+    /// any slice, a deeper slice before the slices above it, then the first name): its default
+    /// client.
+    fn bound_client(&self, who: &Identity) -> Option<String> {
+        let mut best: Option<(crate::cgroup_place::Binding, &str)> = None;
+        for (name, c) in &self.clients {
+            if let Some(b) = who.binding(&c.spec.access) {
+                if best.is_none_or(|(top, _)| b > top) {
+                    best = Some((b, name));
+                }
+            }
+        }
+        best.map(|(_, name)| name.to_string())
+    }
+
     pub fn attached_processes(&self) -> Vec<AttachedProcess> {
         let now = self.now();
         let mut by_pid: BTreeMap<u32, AttachedProcess> = BTreeMap::new();

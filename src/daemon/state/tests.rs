@@ -23,6 +23,7 @@ fn user(uid: u32, name: &str) -> Identity {
         user: name.into(),
         groups: vec![name.into()],
         gids: vec![uid],
+        place: None,
     }
 }
 
@@ -456,4 +457,54 @@ fn lease_modes_and_demands_are_reported_in_the_documents_words() {
     assert_eq!(s.leases(&gpu0), "one-at-a-time");
     let (s, _rx) = state("[daemon]\nconcurrent_leases = 3\n");
     assert_eq!(s.leases(&gpu0), "concurrent");
+}
+
+#[test]
+fn units_and_slices_bind_processes_to_a_client_whoever_runs_them() {
+    let cfg = "[clients.pods]\nmemory = 1000\nunits = [\"libpod-*.scope\"]\n\
+               [clients.lab]\nslices = [\"lab.slice\"]\n\
+               [clients.deep]\nslices = [\"team-a.slice\"]\n\
+               [clients.train]\nusers = [\"alice\"]\n";
+    let (mut s, _rx) = state(cfg);
+    let (tx, _keep) = mpsc::unbounded_channel();
+    let at = |path: &str| {
+        user(1001, "bob").with_place(Some(crate::cgroup_place::CgroupPlace::from_path(path)))
+    };
+    let client_of = |s: &State, id: SessionId| s.sessions[&id].client.clone();
+    // no client named: the unit's client, before any slice's
+    let pod = at("/lab.slice/team-a.slice/libpod-9.scope");
+    let (id, _) = s.attach(&pod, 10, "", &[], tx.clone()).unwrap();
+    assert_eq!(client_of(&s, id), "pods");
+    // the deepest matching slice, whatever the names' order
+    let (id, _) = s
+        .attach(
+            &at("/lab.slice/team-a.slice/run-1.scope"),
+            11,
+            "",
+            &[],
+            tx.clone(),
+        )
+        .unwrap();
+    assert_eq!(client_of(&s, id), "deep");
+    let (id, _) = s
+        .attach(&at("/lab.slice/run-2.scope"), 12, "", &[], tx.clone())
+        .unwrap();
+    assert_eq!(client_of(&s, id), "lab");
+    // elsewhere: the user's default client, and no access to the bound clients
+    let elsewhere = at("/user.slice/user-1001.slice/session-1.scope");
+    let (id, _) = s.attach(&elsewhere, 13, "", &[], tx.clone()).unwrap();
+    assert_eq!(client_of(&s, id), "user.bob");
+    let e = s
+        .attach(&elsewhere, 14, "pods", &[], tx.clone())
+        .unwrap_err();
+    assert_eq!(e.0, ErrorCode::NotAllowed);
+    // in the unit, a client it binds may be named; one it does not bind, not
+    assert!(s.attach(&pod, 15, "lab", &[], tx.clone()).is_ok());
+    let e = s.attach(&pod, 16, "train", &[], tx.clone()).unwrap_err();
+    assert_eq!(e.0, ErrorCode::NotAllowed);
+    // a process whose place is unknown is bound to nothing
+    let (id, _) = s
+        .attach(&user(1001, "bob"), 17, "", &[], tx.clone())
+        .unwrap();
+    assert_eq!(client_of(&s, id), "user.bob");
 }
