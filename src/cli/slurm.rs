@@ -220,16 +220,33 @@ async fn epilog(bus: &BusChoice) -> Result<(), Failure> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // the daemon samples its usage accounting every second: the last of it, then the job's
+    // whole usage as kept across restarts of the daemon
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let secs = |ns: u64| ns as f64 / 1e9;
     let user = env("SLURM_JOB_USER").unwrap_or_else(|_| client.users.join(","));
-    let usage = format!(
-        "job {id} of {user}: client {name} used GPU time {:.3} s (charged {:.3} s) in {} leases, \
-         waited {:.3} s",
-        secs(client.gpu_time_ns),
-        secs(client.charged_ns),
-        client.grants,
-        secs(client.waited_ns)
-    );
+    let kept = m.get_usage(0, "client").await.ok().and_then(|rows| {
+        rows.into_iter()
+            .find(|r| r.client.as_deref() == Some(name.as_str()))
+    });
+    let usage = match kept {
+        Some(row) => format!(
+            "job {id} of {user}: client {name} used GPU time {:.3} s in {} leases, waited {:.3} s, \
+             memory {:.3} GiB-s",
+            secs(row.gpu_ns),
+            row.leases,
+            secs(row.wait_ns),
+            row.memory_byte_seconds / (1u64 << 30) as f64
+        ),
+        // no usage accounting: what the daemon counted since it started
+        None => format!(
+            "job {id} of {user}: client {name} used GPU time {:.3} s in {} leases, waited {:.3} s \
+             (since gpushared started)",
+            secs(client.charged_ns),
+            client.grants,
+            secs(client.waited_ns)
+        ),
+    };
     if let Err(e) = m.unregister_client(&name).await {
         let e: Failure = e.into();
         log(&format!("{usage}; not removed: {}", e.message));

@@ -103,12 +103,12 @@ EOF
     }
     check "Slurm: slurmctld and slurmd run, the node of 100 shards is idle" slurm_up
 
-    # Each job's task: reports the memory it sees, works on the GPU for 2 s,
-    # then stays attached.
+    # Each job's task: says which client and hook it has, works on the GPU for
+    # 2 s, then stays attached.
     submit() { # submit USER SHARDS SECONDS: prints the job id
         as "$1" sbatch --parsable --gres="shard:$2" -o "/tmp/slurm-%j.out" \
             --export="ALL,LD_LIBRARY_PATH=/opt/slurm-fake" \
-            --wrap "/opt/slurm-fake/client info run:2000:1000000:1:0 sleep:$(($3 * 1000))"
+            --wrap "/opt/slurm-fake/client getenv:GPUSHARE_CLIENT getenv:LD_PRELOAD run:2000:1000000:1:0 sleep:$(($3 * 1000))"
     }
     job_bob=$(submit bob 25 12)
     job_carol=$(submit carol 50 120)
@@ -141,8 +141,8 @@ EOF
         job_client_is "$job_bob" bob 0.25 $((20 << 30))
     check "Slurm: carol's job (50 of 100 shards): request 0.5, limit 1, half of the 80 GiB, carol only" \
         job_client_is "$job_carol" carol 0.5 $((40 << 30))
-    # task_runs_as JOB USER: the client's processes are the user's, and the
-    # task sees its client's memory cap.
+    # task_runs_as JOB USER: the job's client's processes are the user's, and
+    # the task was put under it by the TaskProlog.
     task_runs_as() {
         local pid uid want
         want=$(ctr id -u "$2")
@@ -152,14 +152,18 @@ EOF
             [ "$uid" = "$want" ] || return 1
         done
         ctr cat "/tmp/slurm-$1.out"
-        ctr grep -q "^info free=[0-9]* total=$3 -> 0$" "/tmp/slurm-$1.out"
+        ctr grep -qx "env GPUSHARE_CLIENT=slurm-$1" "/tmp/slurm-$1.out" &&
+            ctr grep -qx "env LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libgpushare.so" "/tmp/slurm-$1.out"
     }
-    check "Slurm: bob's task runs as bob under its job's cap" task_runs_as "$job_bob" bob $((20 << 30))
-    check "Slurm: carol's task runs as carol under its job's cap" task_runs_as "$job_carol" carol $((40 << 30))
+    check "Slurm: bob's task runs as bob, preloaded with the hook, as its job's client" task_runs_as "$job_bob" bob
+    check "Slurm: carol's task runs as carol, preloaded with the hook, as its job's client" task_runs_as "$job_carol" carol
     check "Slurm: the jobs' clients are runtime clients, kept in /run/gpushare, not across reboots" ctr sh -c "
         grep -q '\"slurm-$job_bob\"' /run/gpushare/clients.toml &&
         grep -q '\"slurm-$job_carol\"' /run/gpushare/clients.toml &&
         ! grep -qs slurm- /var/lib/gpushare/clients.toml"
+    ctr systemctl restart gpushare.service
+    check "Slurm: a restart of gpushared keeps the jobs' clients, and their tasks re-attach" both_attached
+    check "Slurm: ... with their shares" job_client_is "$job_carol" carol 0.5 $((40 << 30))
     check "Slurm: bob cannot attach as carol's job (CUDA_ERROR_NOT_PERMITTED)" \
         fails_matching '^init 800$' as bob env LD_LIBRARY_PATH=/opt/slurm-fake \
         gpushare run --name "slurm-$job_carol" -- /opt/slurm-fake/client info
@@ -181,7 +185,7 @@ EOF
     usage_logged() {
         ctr journalctl -t gpushare-slurm --no-pager -o cat
         ctr sh -c "journalctl -t gpushare-slurm --no-pager -o cat | grep -E \
-            '^job $1 of $2: client slurm-$1 used GPU time [0-9.]+ s \\(charged [0-9.]+ s\\) in [1-9][0-9]* leases, waited [0-9.]+ s; removed$'"
+            '^job $1 of $2: client slurm-$1 used GPU time [0-9.]*[1-9][0-9.]* s in [1-9][0-9]* leases, waited [0-9.]+ s, memory [0-9.]+ GiB-s; removed$'"
     }
     check "Slurm: bob's job's usage was logged when it ended" usage_logged "$job_bob" bob
     check "Slurm: carol's cancelled job's usage was logged" usage_logged "$job_carol" carol
