@@ -105,11 +105,22 @@ async fn existing(m: &ManagerProxy<'static>, name: &str) -> Result<Option<api::C
 }
 
 pub async fn run(script: SlurmScript, bus: &BusChoice, socket: &Path) -> Result<(), Failure> {
-    match script {
-        SlurmScript::Prolog { limit, memory } => prolog(bus, limit, memory).await,
-        SlurmScript::TaskProlog { hook, python } => task_prolog(bus, socket, &hook, &python).await,
-        SlurmScript::Epilog => epilog(bus).await,
+    let (what, result) = match script {
+        SlurmScript::Prolog { limit, memory } => ("prolog", prolog(bus, limit, memory).await),
+        SlurmScript::TaskProlog { hook, python } => {
+            return task_prolog(bus, socket, &hook, &python).await
+        }
+        SlurmScript::Epilog => ("epilog", epilog(bus).await),
+    };
+    // slurmd keeps no output of a prolog or epilog: why one failed goes to the journal
+    if let Err(e) = &result {
+        log(&format!(
+            "{what} of job {} failed: {}",
+            std::env::var("SLURM_JOB_ID").unwrap_or_default(),
+            e.message
+        ));
     }
+    result
 }
 
 async fn prolog(bus: &BusChoice, limit: LimitRule, memory: MemoryRule) -> Result<(), Failure> {
@@ -249,7 +260,7 @@ async fn epilog(bus: &BusChoice) -> Result<(), Failure> {
     };
     if let Err(e) = m.unregister_client(&name).await {
         let e: Failure = e.into();
-        log(&format!("{usage}; not removed: {}", e.message));
+        log(&format!("{usage}; not removed"));
         return Err(e);
     }
     log(&format!("{usage}; removed"));
