@@ -54,7 +54,7 @@ EOF
     # it), cut into 100 shards. Ports of its own: the container shares the
     # host's network.
     node=$(ctr hostname)
-    ctlport=$((30000 + $$ % 15000))
+    ctlport=$((41000 + $$ % 8000))
     ctr sh -c 'mkdir -p /run/slurm-fake-gpu && touch /run/slurm-fake-gpu/nvidia0'
     cat >"$root/etc/slurm/slurm.conf" <<EOF
 ClusterName=e2e
@@ -118,7 +118,7 @@ EOF
         for _ in $(seq 100); do
             pids_b=$(client_field "slurm-$job_bob" pids)
             pids_c=$(client_field "slurm-$job_carol" pids)
-            [[ $pids_b == *[0-9]* && $pids_c == *[0-9]* ]] && { echo "$pids_b $pids_c"; return 0; }
+            [[ $pids_b == \[[0-9]* && $pids_c == \[[0-9]* ]] && { echo "$pids_b $pids_c"; return 0; }
             sleep 0.2
         done
         echo "pids: slurm-$job_bob $pids_b, slurm-$job_carol $pids_c"
@@ -163,7 +163,7 @@ EOF
         ! grep -qs slurm- /var/lib/gpushare/clients.toml"
     ctr systemctl restart gpushare.service
     check "Slurm: a restart of gpushared keeps the jobs' clients, and their tasks re-attach" both_attached
-    check "Slurm: ... with their shares" job_client_is "$job_carol" carol 0.5 $((40 << 30))
+    check "Slurm: after the restart, carol's job keeps its share, cap and user" job_client_is "$job_carol" carol 0.5 $((40 << 30))
     check "Slurm: bob cannot attach as carol's job (CUDA_ERROR_NOT_PERMITTED)" \
         fails_matching '^init 800$' as bob env LD_LIBRARY_PATH=/opt/slurm-fake \
         gpushare run --name "slurm-$job_carol" -- /opt/slurm-fake/client info
