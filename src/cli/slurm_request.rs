@@ -156,7 +156,7 @@ pub fn job_client(
 
 /// The lines a TaskProlog prints to put a task under `client`: Slurm sets each `export NAME=VALUE`
 /// in the task's environment. The hook goes first in LD_PRELOAD, the Python start-up code (when
-/// `python` is given) first on PYTHONPATH.
+/// `python` is given) first on PYTHONPATH, each there once.
 pub fn task_exports(
     client: &str,
     hook: &str,
@@ -164,9 +164,17 @@ pub fn task_exports(
     preload: Option<&str>,
     pythonpath: Option<&str>,
 ) -> String {
-    let first = |head: &str, old: Option<&str>| match old {
-        Some(old) if !old.is_empty() => format!("{head}:{old}"),
-        _ => head.to_string(),
+    // `head` first, and not again among the entries already there (a login shell's profile.d
+    // may have preloaded the hook already)
+    let first = |head: &str, old: Option<&str>| {
+        std::iter::once(head)
+            .chain(
+                old.unwrap_or_default()
+                    .split([':', ' '])
+                    .filter(|e| !e.is_empty() && *e != head),
+            )
+            .collect::<Vec<_>>()
+            .join(":")
     };
     let mut out = format!(
         "export LD_PRELOAD={}\nexport GPUSHARE_CLIENT={client}\n",
@@ -279,6 +287,18 @@ mod tests {
                 Some("/py"),
                 Some("/other.so"),
                 Some("/x")
+            ),
+            "export LD_PRELOAD=/hook.so:/other.so\nexport GPUSHARE_CLIENT=slurm-7\n\
+             export PYTHONPATH=/py:/x\n"
+        );
+        // already preloaded (a login shell's profile.d): once, first
+        assert_eq!(
+            task_exports(
+                "slurm-7",
+                "/hook.so",
+                Some("/py"),
+                Some("/other.so /hook.so"),
+                Some("/py:/x")
             ),
             "export LD_PRELOAD=/hook.so:/other.so\nexport GPUSHARE_CLIENT=slurm-7\n\
              export PYTHONPATH=/py:/x\n"
