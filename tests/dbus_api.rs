@@ -700,3 +700,60 @@ fn registered_clients_outlive_a_restart() {
     );
     assert_eq!(d.client("train")["origin"], "config");
 }
+
+/// Runtime clients (`gpushare register --runtime`, as Slurm's prolog registers jobs) outlive a
+/// restart of the daemon, kept beside its socket in the runtime directory, but not a reboot,
+/// which empties that directory; the others stay.
+#[test]
+fn runtime_clients_outlive_a_restart_but_not_a_reboot() {
+    require_root();
+    let bus = TestBus::start();
+    let state = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with_state(CONFIG, Some(&bus), state.path());
+    let out = d.cli(&[
+        "register",
+        "slurm-41",
+        "--runtime",
+        "--request",
+        "0.25",
+        "--memory",
+        "1GiB",
+        "--user",
+        "nobody",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = d.cli(&["register", "lab", "--request", "0.1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runtime_file = d.socket.parent().unwrap().join("clients.toml");
+    wait_for(
+        "the registrations to be written",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(&runtime_file).is_ok_and(|t| t.contains("slurm-41"))
+                && std::fs::read_to_string(state.path().join("clients.toml"))
+                    .is_ok_and(|t| t.contains("lab"))
+        },
+    );
+    let kept = std::fs::read_to_string(state.path().join("clients.toml")).unwrap();
+    assert!(!kept.contains("slurm-41"), "{kept}");
+
+    d.restart();
+    let job = d.client("slurm-41");
+    assert_eq!(job["origin"], "registered");
+    assert_eq!(job["request"], 0.25);
+    assert_eq!(job["memory"], 1u64 << 30);
+    assert_eq!(job["users"], serde_json::json!(["nobody"]));
+
+    // a reboot empties the runtime directory
+    assert!(d.stop().success());
+    std::fs::remove_dir_all(d.socket.parent().unwrap()).unwrap();
+    d.restart();
+    let clients = stdout(&d.cli(&["clients"]));
+    assert!(!clients.contains("slurm-41"), "{clients}");
+    assert_eq!(d.client("lab")["origin"], "registered");
+
+    // bad input: a share outside 0..1 is refused, and nothing is registered
+    let out = d.cli(&["register", "slurm-42", "--runtime", "--request", "1.5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!stdout(&d.cli(&["clients"])).contains("slurm-42"));
+}

@@ -5,6 +5,8 @@ mod cdi;
 mod check;
 mod output;
 mod run;
+mod slurm;
+mod slurm_request;
 mod source;
 mod top;
 
@@ -89,6 +91,10 @@ pub enum Command {
         /// Group (name or gid) whose members may attach as this client; repeatable.
         #[arg(long = "group")]
         groups: Vec<String>,
+        /// Keep the client only until the host reboots (it still outlives restarts of the
+        /// daemon), as a batch job's client must: the Slurm prolog registers jobs so.
+        #[arg(long)]
+        runtime: bool,
     },
     /// Remove a client added with `register`.
     Unregister {
@@ -137,6 +143,12 @@ pub enum Command {
         #[arg(long, env = "GPUSHARE_PYTHON", default_value = run::DEFAULT_PYTHON)]
         python: PathBuf,
     },
+    /// Slurm's node scripts (see gpushare-slurm(7)): a job that asks for GPU shards runs under
+    /// a client of its own.
+    Slurm {
+        #[command(subcommand)]
+        script: slurm::SlurmScript,
+    },
     /// Run a program under gpushare: with the hook preloaded, attached as a client.
     Run {
         /// Attach as this client (default: your user's default client).
@@ -170,7 +182,18 @@ pub trait Manager {
         users: &[String],
         groups: &[String],
     ) -> zbus::Result<()>;
+    #[allow(clippy::too_many_arguments)]
+    fn register_runtime_client(
+        &self,
+        name: &str,
+        request: f64,
+        limit: f64,
+        memory: u64,
+        users: &[String],
+        groups: &[String],
+    ) -> zbus::Result<()>;
     fn unregister_client(&self, name: &str) -> zbus::Result<()>;
+    fn get_client(&self, name: &str) -> zbus::Result<api::Client>;
     fn set_share(&self, name: &str, request: f64, limit: f64) -> zbus::Result<()>;
     fn set_memory_cap(&self, name: &str, bytes: u64) -> zbus::Result<()>;
     fn set_interactive(&self, name: &str, interactive: bool) -> zbus::Result<()>;
@@ -275,6 +298,9 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         .map_err(|message| Failure { message, code: 1 })?;
         return Ok(());
     }
+    if let Command::Slurm { script } = cli.command {
+        return slurm::run(script, &cli.bus, &cli.socket).await;
+    }
     if let Command::Check { name } = &cli.command {
         let reply =
             check::attach(&cli.socket, name).map_err(|message| Failure { message, code: 1 })?;
@@ -345,16 +371,24 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             memory,
             users,
             groups,
+            runtime,
         } => {
             let request = fraction_arg("request", request)?;
             let limit = fraction_arg("limit", limit)?;
-            m.register_client(&name, request, limit, memory_arg(&memory)?, &users, &groups)
-                .await?;
+            let memory = memory_arg(&memory)?;
+            if runtime {
+                m.register_runtime_client(&name, request, limit, memory, &users, &groups)
+                    .await?;
+            } else {
+                m.register_client(&name, request, limit, memory, &users, &groups)
+                    .await?;
+            }
         }
         Command::Unregister { name } => m.unregister_client(&name).await?,
         Command::Reload => m.reload().await?,
         Command::Run { .. }
         | Command::Cdi { .. }
+        | Command::Slurm { .. }
         | Command::Check { .. }
         | Command::Status
         | Command::Clients

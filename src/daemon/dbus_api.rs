@@ -115,6 +115,35 @@ fn check_number(what: &str, v: f64) -> Result<(), Error> {
     }
 }
 
+/// The client RegisterClient and RegisterRuntimeClient add, its numbers checked.
+fn registered_spec(
+    name: String,
+    request: f64,
+    limit: f64,
+    memory: u64,
+    users: Vec<String>,
+    groups: Vec<String>,
+) -> Result<ClientSpec, Error> {
+    check_number("request", request)?;
+    check_number("limit", limit)?;
+    Ok(ClientSpec {
+        name,
+        share: Share {
+            request,
+            limit,
+            memory: (memory > 0).then_some(memory),
+            interactive: false,
+        },
+        mps: MpsShare::default(),
+        memory_mode: MemoryMode::default(),
+        access: Access {
+            users,
+            groups,
+            ..Access::default()
+        },
+    })
+}
+
 impl Manager {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -199,6 +228,7 @@ async fn polkit_allows(conn: &zbus::Connection, sender: &str) -> bool {
 impl Manager {
     /// Adds a client at run time. `memory` is a cap in bytes (0 = unlimited); `users` and `groups`
     /// say who may attach as it ("*" in users: everyone).
+    #[allow(clippy::too_many_arguments)]
     async fn register_client(
         &self,
         #[zbus(header)] header: Header<'_>,
@@ -211,25 +241,29 @@ impl Manager {
         groups: Vec<String>,
     ) -> Result<(), Error> {
         self.authorize(&header, conn).await?;
-        check_number("request", request)?;
-        check_number("limit", limit)?;
-        let spec = ClientSpec {
-            name,
-            share: Share {
-                request,
-                limit,
-                memory: (memory > 0).then_some(memory),
-                interactive: false,
-            },
-            mps: MpsShare::default(),
-            memory_mode: MemoryMode::default(),
-            access: Access {
-                users,
-                groups,
-                ..Access::default()
-            },
-        };
-        self.lock().register(spec)?;
+        let spec = registered_spec(name, request, limit, memory, users, groups)?;
+        self.lock().register(spec, false)?;
+        self.changed();
+        Ok(())
+    }
+
+    /// Adds a client as RegisterClient does, kept across restarts of the daemon only until the
+    /// host reboots (a batch job's client, which must not outlive it).
+    #[allow(clippy::too_many_arguments)]
+    async fn register_runtime_client(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        name: String,
+        request: f64,
+        limit: f64,
+        memory: u64,
+        users: Vec<String>,
+        groups: Vec<String>,
+    ) -> Result<(), Error> {
+        self.authorize(&header, conn).await?;
+        let spec = registered_spec(name, request, limit, memory, users, groups)?;
+        self.lock().register(spec, true)?;
         self.changed();
         Ok(())
     }

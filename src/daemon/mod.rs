@@ -72,12 +72,23 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         events.clone(),
     )));
     let wake = Arc::new(Notify::new());
-    let registrations_dir = state_dir.clone();
-    if let Some(dir) = &state_dir {
-        registrations::restore(&state, dir);
+    // Registered clients: those kept across reboots in the state directory, runtime ones in the
+    // socket's directory (emptied at boot).
+    let registrations_dirs: Vec<(std::path::PathBuf, registrations::Kept)> = state_dir
+        .iter()
+        .map(|d| (d.clone(), registrations::Kept::Always))
+        .chain(
+            socket_path
+                .parent()
+                .map(|d| (d.to_path_buf(), registrations::Kept::UntilReboot)),
+        )
+        .collect();
+    for (dir, kept) in &registrations_dirs {
+        registrations::restore(&state, dir, *kept);
         tokio::spawn(registrations::keep(
             state.clone(),
             dir.clone(),
+            *kept,
             events.subscribe(),
         ));
     }
@@ -246,8 +257,8 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopping");
     service_notify::stopping();
-    if let Some(dir) = &registrations_dir {
-        registrations::save(&state, dir);
+    for (dir, kept) in &registrations_dirs {
+        registrations::save(&state, dir, *kept);
     }
     accounting::finish(accounting).await;
     gpu.stop().await;

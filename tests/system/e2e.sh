@@ -697,6 +697,8 @@ check "no gpushared process is left" ctr sh -c '! pgrep -a gpushared'
 check "usage is kept in /var/lib/gpushare" ctr test -s /var/lib/gpushare/usage.db
 
 . "$repo/tests/system/e2e-containers.sh"
+# ---- Slurm: a one-node cluster whose jobs run under clients of their own ----
+. "$repo/tests/system/e2e-slurm.sh"
 
 # ---- purge ----
 ctr systemctl start gpushare.service

@@ -24,7 +24,9 @@ impl State {
             .map_err(StateError::InvalidArgument)
     }
 
-    pub fn register(&mut self, spec: ClientSpec) -> Result<(), StateError> {
+    /// Adds a client; a `runtime` one is kept only until the host reboots (see
+    /// [`State::registered_specs`]).
+    pub fn register(&mut self, spec: ClientSpec, runtime: bool) -> Result<(), StateError> {
         check_client_name(&spec.name).map_err(StateError::InvalidArgument)?;
         if spec.name.starts_with("user.") {
             return Err(StateError::InvalidArgument(
@@ -43,15 +45,19 @@ impl State {
         self.check_sum(&spec.name, spec.share.request)?;
         let name = spec.name.clone();
         self.insert_client(spec, Origin::Registered);
+        if let Some(c) = self.clients.get_mut(&name) {
+            c.runtime = runtime;
+        }
         self.emit(Event::Changed { client: name });
         Ok(())
     }
 
-    /// The clients registered over D-Bus, as they stand now.
-    pub fn registered_specs(&self) -> Vec<ClientSpec> {
+    /// The clients registered over D-Bus, as they stand now: those kept until the host reboots
+    /// (`runtime`), or the others.
+    pub fn registered_specs(&self, runtime: bool) -> Vec<ClientSpec> {
         self.clients
             .values()
-            .filter(|c| c.origin == Origin::Registered)
+            .filter(|c| c.origin == Origin::Registered && c.runtime == runtime)
             .map(|c| c.spec.clone())
             .collect()
     }

@@ -62,6 +62,8 @@ struct ClientEntry {
     id: ClientId,
     spec: ClientSpec,
     origin: Origin,
+    /// Registered to be kept only until the host reboots (RegisterRuntimeClient).
+    runtime: bool,
     /// Device memory its processes hold, per GPU (no entry: none).
     memory_used: BTreeMap<DeviceId, u64>,
     sessions: BTreeSet<SessionId>,
@@ -207,6 +209,7 @@ impl State {
                 id,
                 spec,
                 origin,
+                runtime: false,
                 memory_used: BTreeMap::new(),
                 sessions: BTreeSet::new(),
                 fair_factor: 1.0,

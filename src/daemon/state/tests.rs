@@ -289,15 +289,18 @@ fn fair_share_weighs_clients_by_their_decayed_usage() {
 fn management_rules() {
     let (mut s, mut rx) = state(CFG);
     let spec = ClientSpec::plain;
-    let e = s.register(spec("big", 0.6)).unwrap_err();
+    let e = s.register(spec("big", 0.6), false).unwrap_err();
     assert!(
         matches!(&e, StateError::InvalidArgument(m) if m.contains("add up to 1.100")),
         "{e:?}"
     );
-    s.register(spec("small", 0.2)).unwrap();
+    s.register(spec("small", 0.2), false).unwrap();
     assert!(matches!(rx.try_recv(), Ok(Event::Changed { .. })));
-    assert!(s.register(spec("small", 0.1)).is_err(), "duplicate");
-    assert!(s.register(spec("user.x", 0.1)).is_err(), "reserved prefix");
+    assert!(s.register(spec("small", 0.1), false).is_err(), "duplicate");
+    assert!(
+        s.register(spec("user.x", 0.1), false).is_err(),
+        "reserved prefix"
+    );
     s.set_share("small", Some(0.3), Some(0.9), Some(Some(5 << 30)))
         .unwrap();
     let r = s.report("small").unwrap();
