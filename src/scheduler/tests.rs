@@ -2194,5 +2194,42 @@ fn a_lease_that_runs_past_its_end_leaves_no_debt_against_a_limit_of_one() {
     }
     let total: Nanos = held.values().sum();
     let first = held[&1] as f64 / total as f64;
-    assert!(first > 0.95, "the client of request 0.55 held {first:.3} of the GPU");
+    assert!(
+        first > 0.95,
+        "the client of request 0.55 held {first:.3} of the GPU"
+    );
+}
+
+/// A client of request 0.06 charged for one long lease (a second, as for a process that held
+/// its lease idle through its grace) beside a saturating client of request 0.32 is paid back
+/// for a bounded time: it gets a lease again within a second, not after the 5 s the other
+/// needs to use as much at its weight.
+#[test]
+fn a_client_that_ran_far_ahead_waits_a_bounded_time() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(2 * S);
+    s.set_client(1, shares(0.06, 1.0), 0);
+    s.set_client(2, shares(0.32, 1.0), 0);
+    s.acquire(1, 10, 0);
+    let g = s.poll(0).unwrap();
+    assert_eq!(g.session, 10);
+    s.acquire(2, 20, MS);
+    assert!(s.poll(MS).is_none());
+    // the lease of client 1 ends a second later, inside its grace
+    let mut now = S;
+    s.release(10, MS, now);
+    s.acquire(1, 10, now);
+    let mut waited = None;
+    while now < 10 * S {
+        let g = s.poll(now).expect("someone waits");
+        if g.client == 1 {
+            waited = Some(now - S);
+            break;
+        }
+        now += 20 * MS;
+        s.release(g.session, 20 * MS, now);
+        s.acquire(g.client, g.session, now);
+    }
+    let waited = waited.expect("client 1 never got a lease again");
+    assert!(waited < S, "client 1 waited {} ms", waited / MS);
 }
