@@ -696,6 +696,9 @@ check "stopped cleanly: inactive, result success" unit_state inactive success
 check "no gpushared process is left" ctr sh -c '! pgrep -a gpushared'
 check "usage is kept in /var/lib/gpushare" ctr test -s /var/lib/gpushare/usage.db
 
+# ---- whole-server preload, Jupyter kernel (their own file) ----
+. "$repo/tests/system/e2e-preload.sh"
+
 # ---- purge ----
 ctr systemctl start gpushare.service
 check "apt-get purge gpushare" ctr sh -c 'DEBIAN_FRONTEND=noninteractive apt-get purge -y gpushare'
