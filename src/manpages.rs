@@ -48,11 +48,18 @@ fn roff(text: &str) -> String {
     }
 }
 
-/// A COMMANDS section listing each subcommand with its arguments, on this one page.
+/// A COMMANDS section listing each subcommand with its arguments, on this one page; a
+/// subcommand's own subcommands follow it (`gpushare preload enable`).
 fn commands_section(cmd: &clap::Command) -> String {
     let mut s = String::from(".SH COMMANDS\n");
+    list_commands(cmd.get_name(), cmd, &mut s);
+    s
+}
+
+fn list_commands(prefix: &str, cmd: &clap::Command, s: &mut String) {
     for sub in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
-        let mut synopsis = format!("\\fB{} {}\\fR", cmd.get_name(), sub.get_name());
+        let path = format!("{prefix} {}", sub.get_name());
+        let mut synopsis = format!("\\fB{path}\\fR");
         let args: Vec<&clap::Arg> = sub
             .get_arguments()
             .filter(|a| !a.is_hide_set() && a.get_id() != "help")
@@ -91,6 +98,6 @@ fn commands_section(cmd: &clap::Command) -> String {
                 roff(&help)
             ));
         }
+        list_commands(&path, sub, s);
     }
-    s
 }
