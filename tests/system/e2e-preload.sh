@@ -69,9 +69,14 @@ check "preload enable again: still one entry" \
     output_is "$(printf '# site preload list\n%s' "$hook_lib")" preload_lines
 check "preload status (as a user): enabled" output_matches "^enabled: .* preloads $hook_lib\$" as bob gpushare preload status
 check "preload: /bin/true starts cleanly (no output, status 0)" output_is "" as bob /bin/true
+maps_only_the_hook() {
+    local maps
+    maps=$(as bob cat /proc/self/maps | awk 'NF > 5 { print $6 }' | sort -u)
+    echo "$maps"
+    grep -q libgpushare <<<"$maps" && ! grep -Eq 'libgcc_s|libcuda' <<<"$maps"
+}
 check "preload: a program that never calls CUDA maps the hook, and nothing else of gpushare's" \
-    sh -c 'maps=$1; echo "$maps"; [ "$(grep -c libgpushare <<<"$maps")" -ge 1 ] && ! grep -Eq "libgcc_s|libcuda" <<<"$maps"' _ \
-    "$(as bob cat /proc/self/maps | awk 'NF > 5 { print $6 }' | sort -u)"
+    maps_only_the_hook
 check "preload: a set-user-ID program (passwd -S) starts cleanly with the hook" \
     output_matches '^bob [LNP] ' as bob passwd -S bob
 ctr install -m 4755 /bin/cat /usr/local/libexec/gpushare-e2e/setuid-cat
@@ -95,11 +100,16 @@ check "preload: a user a client does not list is still refused it" \
 # A set-user-ID CUDA program: the hook ignores the caller's GPUSHARE_* variables
 # (secure-execution mode), so it neither runs unmanaged nor attaches as train.
 ctr install -m 4755 /usr/local/libexec/gpushare-e2e/client /usr/local/libexec/gpushare-e2e/setuid-client
+setuid_ignores_variables() {
+    local out
+    out=$(as bob env GPUSHARE_SOCKET=/tmp/elsewhere.sock GPUSHARE_CLIENT=train GPUSHARE_STATS=1 \
+        /usr/local/libexec/gpushare-e2e/setuid-client info 2>&1)
+    echo "$out"
+    grep -Eq '^info free=[0-9]+ total=[0-9]+ -> 0$' <<<"$out" &&
+        ! grep -Eq 'elsewhere|total=1073741824|stats:' <<<"$out"
+}
 check "preload: a set-user-ID CUDA program ignores GPUSHARE_SOCKET and GPUSHARE_CLIENT" \
-    sh -c 'out=$(as bob env GPUSHARE_SOCKET=/tmp/elsewhere.sock GPUSHARE_CLIENT=train GPUSHARE_STATS=1 \
-        /usr/local/libexec/gpushare-e2e/setuid-client info 2>&1); echo "$out"
-        grep -Eq "^info free=[0-9]+ total=[0-9]+ -> 0$" <<<"$out" &&
-        ! grep -Eq "elsewhere|total=1073741824|stats:" <<<"$out"'
+    setuid_ignores_variables
 
 # ---- preload: disable ----
 check "preload disable" output_matches '^disabled' ctr gpushare preload disable
@@ -162,10 +172,17 @@ finally:
     kc.stop_channels()
     km.shutdown_kernel(now=True)
 PY
-    check "kernel: a cell runs under the hook, attached as train (its 1 GiB cap)" \
-        sh -c 'out=$(as bob python3 /usr/local/libexec/gpushare-e2e/notebook.py gpushare-train 2>&1); echo "$out"
-            grep -qx "init 0" <<<"$out" && grep -qx "info 0 1073741824" <<<"$out" &&
-            grep -qx "hook True" <<<"$out" && grep -qx "client train" <<<"$out" && grep -qx "status ok" <<<"$out"'
+    # notebook USER: runs the cell in a gpushare-train kernel of USER.
+    notebook() { as "$1" python3 /usr/local/libexec/gpushare-e2e/notebook.py gpushare-train 2>&1; }
+    cell_attached() {
+        local out
+        out=$(notebook bob)
+        echo "$out"
+        grep -qx "init 0" <<<"$out" && grep -qx "info 0 1073741824" <<<"$out" &&
+            grep -qx "hook True" <<<"$out" && grep -qx "client train" <<<"$out" &&
+            grep -qx "status ok" <<<"$out"
+    }
+    check "kernel: a cell runs under the hook, attached as train (its 1 GiB cap)" cell_attached
     ctr runuser -u bob -- env HOME=/home/bob sh -c 'cd /tmp && python3 /usr/local/libexec/gpushare-e2e/notebook.py gpushare-train /tmp/kernel.out >/dev/null 2>&1 &'
     kernel_pid=
     for _ in $(seq 100); do
@@ -175,31 +192,36 @@ PY
     done
     check "kernel: the daemon lists the kernel's process under train, as bob's" \
         output_matches "^train .*bob" pid_client "${kernel_pid:-0}"
-    check "kernel: a user train does not list gets no attached kernel" \
-        sh -c 'out=$(as dave python3 /usr/local/libexec/gpushare-e2e/notebook.py gpushare-train 2>&1); echo "$out"
-            grep -qx "init 800" <<<"$out"'
+    check "kernel: a user train does not list is refused in the cell (CUDA_ERROR_NOT_PERMITTED)" \
+        output_matches '^init 800$' notebook dave
     sleep 4
-    check "kernelspec remove (system-wide and --user)" sh -c '
+    kernels_removed() {
         ctr gpushare kernelspec remove --client train && as bob gpushare kernelspec remove --user &&
-        ctr test ! -e /usr/local/share/jupyter/kernels/gpushare-train &&
-        ctr test ! -e /home/bob/.local/share/jupyter/kernels/gpushare'
+            ctr test ! -e /usr/local/share/jupyter/kernels/gpushare-train &&
+            ctr test ! -e /home/bob/.local/share/jupyter/kernels/gpushare
+    }
+    check "kernelspec remove (system-wide and --user)" kernels_removed
 else
     check "python3-ipykernel and python3-jupyter-client install in the container" false
 fi
 
 # ---- the package takes the entry out: remove, purge ----
 ctr gpushare preload enable >/dev/null
-check "package remove: the hook's entry goes with the hook" sh -c '
-    ctr sh -c "DEBIAN_FRONTEND=noninteractive dpkg -r gpushare >/dev/null" || exit 1
-    out=$(ctr cat '"$preload_list"'); echo "$out"; [ "$out" = "# site preload list" ]'
+removed_with_the_package() {
+    ctr dpkg -r gpushare >/dev/null || return 1
+    output_is "# site preload list" preload_lines
+}
+check "package remove: the hook's entry goes with the hook" removed_with_the_package
 check "package remove: programs start cleanly afterwards" output_is "" as bob /bin/true
 cp "$work/config.before-preload" "$root/etc/gpushare/gpushare.toml"
 ctr dpkg -i --force-confold --force-confdef /root/gpushare.deb >/dev/null
 rm -f "$root$preload_list"
 ctr gpushare preload enable >/dev/null
-check "package purge: no list is left where gpushare made it" sh -c '
-    ctr sh -c "DEBIAN_FRONTEND=noninteractive dpkg --purge gpushare >/dev/null" || exit 1
-    ! ctr test -e '"$preload_list"' || { ctr cat '"$preload_list"'; exit 1; }'
+purged_with_the_package() {
+    ctr dpkg --purge gpushare >/dev/null || return 1
+    ! ctr test -e "$preload_list" || { preload_lines; return 1; }
+}
+check "package purge: no list is left where gpushare made it" purged_with_the_package
 check "package purge: programs start cleanly afterwards" output_is "" as bob /bin/true
 # Back to the installed package, as e2e.sh's own purge expects it.
 mkdir -p "$root/etc/gpushare"
