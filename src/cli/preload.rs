@@ -141,7 +141,13 @@ fn loads(hook: &str) -> Result<(), String> {
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("cannot start /bin/true to try the hook: {e}"))?;
-    let said = String::from_utf8_lossy(&out.stderr);
+    // Complaints about the names already in the system's list are not about this hook (and
+    // may be what this command is about to put right).
+    let said: String = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains(&format!("from {DEFAULT_FILE}")))
+        .collect::<Vec<_>>()
+        .join("\n");
     if out.status.success() && said.trim().is_empty() {
         Ok(())
     } else {
