@@ -48,7 +48,8 @@ fn roff(text: &str) -> String {
     }
 }
 
-/// A COMMANDS section listing each subcommand with its arguments, on this one page.
+/// A COMMANDS section listing each subcommand with its arguments, on this one page; a
+/// subcommand's own subcommands follow it (`gpushare preload enable`).
 fn commands_section(cmd: &clap::Command) -> String {
     let mut s = String::from(".SH COMMANDS\n");
     list_commands(cmd.get_name(), cmd, &mut s);

@@ -13,7 +13,10 @@
 //!   bulk at token hand-overs ([`residency`]);
 //! - without a daemon the process runs unmanaged and says so once on stderr.
 //!
-//! Nothing runs at load time; the library attaches to the daemon on the first CUDA call.
+//! Nothing runs at load time; the library attaches to the daemon on the first CUDA call. A
+//! program that never calls CUDA only pays for loading it (which is what makes preloading it
+//! into every program of a server, `/etc/ld.so.preload`, affordable), and set-user-ID programs
+//! never read its environment variables ([`env`]).
 //!
 //! # Layers
 //!
@@ -21,7 +24,7 @@
 //! list (a test, `hook/tests/layers.rs`, reads the order from here and checks every `crate::`
 //! path against it):
 //!
-//! 1. primitives: [`cuda`], [`clock`], [`guard`], [`stats`], [`fork_safe`], [`ledger`],
+//! 1. primitives: [`env`], [`cuda`], [`clock`], [`guard`], [`stats`], [`fork_safe`], [`ledger`],
 //!    [`streams`], and at the side the daemon's wire link, [`daemon_link`];
 //! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
 //!    table of wrapped symbols), [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions)
@@ -41,6 +44,7 @@ mod cuda;
 mod daemon_link;
 mod devices;
 mod driver;
+mod env;
 mod exports;
 mod fork_safe;
 mod gate;

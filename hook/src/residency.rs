@@ -81,7 +81,7 @@ pub fn restore_plan(allocations: &[(u64, u64)], budget: u64) -> Vec<(u64, u64)> 
 /// Takes the client's memory settings from the daemon's welcome.
 pub fn configure(flags: u32, resident: u64) {
     RESIDENT.store(resident, Relaxed);
-    let mode = std::env::var("GPUSHARE_PREFETCH").unwrap_or_default();
+    let mode = crate::env::var("GPUSHARE_PREFETCH").unwrap_or_default();
     PREFETCH_OUT.store(mode != "0", Relaxed);
     PREFETCH_IN.store(mode != "0" && mode != "out", Relaxed);
     FLAGS.store(flags, Release);

@@ -1,7 +1,8 @@
 //! Attachment to the daemon: one connection per process, opened on first CUDA use.
 //!
 //! The environment is read once here (`GPUSHARE_SOCKET`, `GPUSHARE_CLIENT`,
-//! `GPUSHARE_NO_DAEMON`, `GPUSHARE_REATTACH`), never on the hot path. Only one thread talks to
+//! `GPUSHARE_NO_DAEMON`, `GPUSHARE_REATTACH`), never on the hot path, and not at all in a
+//! set-user-ID program ([`crate::env`]). Only one thread talks to
 //! the daemon at a time (the session lock); replies come in request order.
 //!
 //! When the daemon goes away (a restart, an upgrade), the process is *away*: its launches pass
@@ -103,13 +104,13 @@ fn attach_slow() -> Attach {
     register_atfork();
     crate::stats::configure();
     crate::lease::watch_exit();
-    let socket = std::env::var_os("GPUSHARE_SOCKET")
+    let socket = crate::env::var_os("GPUSHARE_SOCKET")
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET_DIR).join(SOCKET_NAME));
-    let client = std::env::var("GPUSHARE_CLIENT").unwrap_or_default();
-    let policy = std::env::var("GPUSHARE_NO_DAEMON").unwrap_or_default();
-    if let Ok(v) = std::env::var("GPUSHARE_REATTACH") {
+    let client = crate::env::var("GPUSHARE_CLIENT").unwrap_or_default();
+    let policy = crate::env::var("GPUSHARE_NO_DAEMON").unwrap_or_default();
+    if let Some(v) = crate::env::var("GPUSHARE_REATTACH") {
         match v.trim().parse::<u64>() {
             Ok(s) => REATTACH_FOR_S.store(s, Relaxed),
             Err(_) => say(format_args!(
@@ -181,7 +182,7 @@ fn attach_slow() -> Attach {
             }
             crate::residency::configure(memory_flags, resident);
             lease::configure(queue_ahead_ns, sched_flags & SCHED_INTERACTIVE != 0);
-            crate::clock::choose(&std::env::var("GPUSHARE_CLOCK").unwrap_or_default());
+            crate::clock::choose(&crate::env::var("GPUSHARE_CLOCK").unwrap_or_default());
             CAP.store(memory_cap, Release);
             LINK_FD.store(link.fd(), Release);
             *session = Some(link);

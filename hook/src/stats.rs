@@ -69,7 +69,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Reads `GPUSHARE_STATS` (once, when the process attaches).
 pub fn configure() {
-    let on = std::env::var("GPUSHARE_STATS").is_ok_and(|v| v == "1");
+    let on = crate::env::var("GPUSHARE_STATS").is_some_and(|v| v == "1");
     ENABLED.store(on, Relaxed);
 }
 

@@ -3,7 +3,10 @@
 
 mod cdi;
 mod check;
+mod kernelspec;
+mod ld_preload;
 mod output;
+mod preload;
 mod run;
 mod slurm;
 mod slurm_request;
@@ -14,7 +17,7 @@ use crate::api;
 use crate::bus::BusChoice;
 use crate::units::parse_bytes;
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Share NVIDIA GPUs fairly between processes and users.
 ///
@@ -165,6 +168,101 @@ pub enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
+    /// Preload the hook into every program of this server (/etc/ld.so.preload), or stop.
+    ///
+    /// With the hook in the system-wide preload list, every CUDA process attaches on its first
+    /// CUDA call, as its user's default client, without `gpushare run` or the profile.d opt-in;
+    /// programs that never use CUDA only load it. enable and disable need root.
+    Preload {
+        /// The preload list to change.
+        #[arg(long, global = true, default_value = preload::DEFAULT_FILE)]
+        file: PathBuf,
+        #[command(subcommand)]
+        action: PreloadAction,
+    },
+    /// Install or remove a Jupyter kernel whose Python runs under gpushare.
+    Kernelspec {
+        #[command(subcommand)]
+        action: KernelspecAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PreloadAction {
+    /// Add the hook to the preload list (once; a stale gpushare entry is replaced). Refused
+    /// unless the hook is a file everyone can read that a program loads without complaint.
+    Enable {
+        /// The hook library.
+        #[arg(long, env = "GPUSHARE_HOOK", default_value = run::DEFAULT_HOOK)]
+        hook: PathBuf,
+    },
+    /// Take gpushare's entries out of the preload list; the rest of it stays as it was.
+    Disable,
+    /// Say whether the hook is in the preload list, and whether its file is there.
+    Status,
+}
+
+/// Where a kernel goes: system-wide by default.
+#[derive(Debug, clap::Args)]
+#[group(multiple = false)]
+pub struct KernelPlace {
+    /// The calling user's kernels ($JUPYTER_DATA_DIR, or $XDG_DATA_HOME/jupyter, or
+    /// ~/.local/share/jupyter) instead of /usr/local/share/jupyter for everyone.
+    #[arg(long)]
+    user: bool,
+    /// The kernels of the Python environment the kernel runs in (sys.prefix/share/jupyter).
+    #[arg(long)]
+    sys_prefix: bool,
+    /// PREFIX/share/jupyter.
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<PathBuf>,
+}
+
+impl KernelPlace {
+    fn location(&self) -> kernelspec::Location {
+        match (&self.prefix, self.user, self.sys_prefix) {
+            (Some(p), _, _) => kernelspec::Location::Prefix(p.clone()),
+            (None, true, _) => kernelspec::Location::User,
+            (None, false, true) => kernelspec::Location::SysPrefix,
+            (None, false, false) => kernelspec::Location::System,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KernelspecAction {
+    /// Write the kernel (kernel.json): `gpushare run [--name CLIENT] -- PYTHON -m
+    /// ipykernel_launcher -f {connection_file}`.
+    Install {
+        #[command(flatten)]
+        place: KernelPlace,
+        /// The kernel runs attached as this client (default: the user's default client).
+        #[arg(long)]
+        client: Option<String>,
+        /// The kernel's name (default: gpushare, or gpushare-CLIENT).
+        #[arg(long)]
+        name: Option<String>,
+        /// The name notebooks show (default: "Python 3 (gpushare)").
+        #[arg(long)]
+        display_name: Option<String>,
+        /// The Python that runs the kernel; it must have ipykernel.
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
+    /// Remove a kernel installed by `gpushare kernelspec install` (never another one).
+    Remove {
+        #[command(flatten)]
+        place: KernelPlace,
+        /// The kernel's name (default: gpushare, or gpushare-CLIENT).
+        #[arg(long)]
+        name: Option<String>,
+        /// The client the kernel was installed for, to find its default name.
+        #[arg(long)]
+        client: Option<String>,
+        /// The Python whose environment holds the kernel (for --sys-prefix).
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
 }
 
 #[zbus::proxy(
@@ -301,6 +399,13 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     if let Command::Slurm { script } = cli.command {
         return slurm::run(script, &cli.bus, &cli.socket).await;
     }
+    if let Command::Preload { file, action } = &cli.command {
+        return preload_command(cli.json, file, action)
+            .map_err(|message| Failure { message, code: 1 });
+    }
+    if let Command::Kernelspec { action } = &cli.command {
+        return kernelspec_command(action).map_err(|message| Failure { message, code: 1 });
+    }
     if let Command::Check { name } = &cli.command {
         let reply =
             check::attach(&cli.socket, name).map_err(|message| Failure { message, code: 1 })?;
@@ -390,10 +495,110 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         | Command::Cdi { .. }
         | Command::Slurm { .. }
         | Command::Check { .. }
+        | Command::Preload { .. }
+        | Command::Kernelspec { .. }
         | Command::Status
         | Command::Clients
         | Command::Top
         | Command::Usage { .. } => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+fn preload_command(json: bool, file: &Path, action: &PreloadAction) -> Result<(), String> {
+    let changed = match action {
+        PreloadAction::Status => {
+            let st = preload::status(file)?;
+            if json {
+                println!("{}", serde_json::to_string(&st).map_err(|e| e.to_string())?);
+            } else if st.enabled {
+                println!(
+                    "enabled: {} preloads {}",
+                    file.display(),
+                    st.entries.join(" ")
+                );
+            } else {
+                println!("disabled: {} does not preload the hook", file.display());
+            }
+            for m in &st.missing {
+                eprintln!(
+                    "gpushare: {m} is in {} but missing: every program prints an error until \
+                     it is reinstalled or `gpushare preload disable` runs",
+                    file.display()
+                );
+            }
+            return Ok(());
+        }
+        PreloadAction::Enable { hook } => preload::enable(file, hook)?,
+        PreloadAction::Disable => preload::disable(file)?,
+    };
+    let enabled = matches!(action, PreloadAction::Enable { .. });
+    let said = match (enabled, changed) {
+        (true, true) => {
+            "enabled: every program started from now on loads the hook; CUDA \
+                         processes attach on their first CUDA call"
+        }
+        (true, false) => "already enabled",
+        (false, true) => "disabled: programs started from now on do not load the hook",
+        (false, false) => "already disabled",
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "enabled": enabled, "changed": changed, "file": file })
+        );
+    } else {
+        println!("{said} ({})", file.display());
+    }
+    Ok(())
+}
+
+fn kernelspec_command(action: &KernelspecAction) -> Result<(), String> {
+    let env = |k: &str| std::env::var(k).ok();
+    match action {
+        KernelspecAction::Install {
+            place,
+            client,
+            name,
+            display_name,
+            python,
+        } => {
+            let client = client.as_deref();
+            let name = name
+                .clone()
+                .unwrap_or_else(|| kernelspec::default_name(client));
+            kernelspec::check_name(&name)?;
+            let python = kernelspec::resolve_python(python)?;
+            let dir = kernelspec::kernels_dir(&place.location(), env, || {
+                kernelspec::sys_prefix(&python)
+            })?
+            .join(&name);
+            let gpushare = std::env::current_exe()
+                .map_err(|e| format!("cannot tell where gpushare is: {e}"))?;
+            let display = display_name
+                .clone()
+                .unwrap_or_else(|| kernelspec::default_display_name(client));
+            let spec = kernelspec::kernel_json(&gpushare, &python, client, &display);
+            kernelspec::install(&dir, &spec)?;
+            println!("installed kernel {name} in {}", dir.display());
+        }
+        KernelspecAction::Remove {
+            place,
+            name,
+            client,
+            python,
+        } => {
+            let name = name
+                .clone()
+                .unwrap_or_else(|| kernelspec::default_name(client.as_deref()));
+            kernelspec::check_name(&name)?;
+            let dir = kernelspec::kernels_dir(&place.location(), env, || {
+                kernelspec::sys_prefix(Path::new(python))
+            })?
+            .join(&name);
+            kernelspec::remove(&dir)?;
+            println!("removed kernel {name} from {}", dir.display());
+        }
     }
     Ok(())
 }

@@ -699,6 +699,8 @@ check "usage is kept in /var/lib/gpushare" ctr test -s /var/lib/gpushare/usage.d
 . "$repo/tests/system/e2e-containers.sh"
 # ---- Slurm: a one-node cluster whose jobs run under clients of their own ----
 . "$repo/tests/system/e2e-slurm.sh"
+# ---- whole-server preload, Jupyter kernel (their own file) ----
+. "$repo/tests/system/e2e-preload.sh"
 
 # ---- purge ----
 ctr systemctl start gpushare.service
