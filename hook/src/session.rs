@@ -66,6 +66,14 @@ static AWAY_BOOKS: ForkSafe<()> = ForkSafe::new(());
 /// The longest pause between two tries to re-attach.
 const REATTACH_PAUSE: Duration = Duration::from_millis(250);
 
+/// Whether `exe` is one of NVIDIA's MPS programs (`nvidia-cuda-mps-control`,
+/// `nvidia-cuda-mps-server`), which run the work of gated processes and must not wait for a
+/// token themselves.
+fn mps_service(exe: &std::path::Path) -> bool {
+    exe.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("nvidia-cuda-mps-"))
+}
+
 /// Where this process stands, without attaching; `None` before the first CUDA call.
 pub fn state_if_tried() -> Option<Attach> {
     match STATE.load(Acquire) {
@@ -100,6 +108,11 @@ fn attach_slow() -> Attach {
     let s = STATE.load(Acquire);
     if s != NOT_TRIED {
         return state_of(s);
+    }
+    if std::fs::read_link("/proc/self/exe").is_ok_and(|exe| mps_service(&exe)) {
+        // Preloaded everywhere (/etc/ld.so.preload), the hook is loaded into NVIDIA's MPS
+        // control daemon and server too: they serve the clients' work and are never gated.
+        return settle(UNMANAGED);
     }
     register_atfork();
     crate::stats::configure();
@@ -649,4 +662,23 @@ unsafe extern "C" fn after_fork_in_child() {
     crate::ledger::after_fork_in_child();
     crate::devices::after_fork_in_child();
     crate::residency::after_fork_in_child();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mps_service;
+    use std::path::Path;
+
+    #[test]
+    fn nvidia_mps_programs_are_left_unmanaged_and_nothing_else() {
+        assert!(mps_service(Path::new("/usr/bin/nvidia-cuda-mps-server")));
+        assert!(mps_service(Path::new(
+            "/usr/local/nvidia/bin/nvidia-cuda-mps-control"
+        )));
+        assert!(!mps_service(Path::new("/usr/bin/python3")));
+        assert!(!mps_service(Path::new(
+            "/opt/nvidia-cuda-mps-tools/bin/train"
+        )));
+        assert!(!mps_service(Path::new("/usr/bin/nvidia-smi")));
+    }
 }
