@@ -22,5 +22,8 @@ pub fn ffi(name: &'static str, f: impl FnOnce() -> u32) -> u32 {
 /// One line on stderr, prefixed with `gpushare: `. Never on the hot path.
 pub fn say(msg: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "gpushare: {msg}");
+    // One write for the whole line: written in pieces, it interleaved with the program's own
+    // output on a shared pipe (a container's, under podman).
+    let line = format!("gpushare: {msg}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }

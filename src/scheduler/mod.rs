@@ -87,6 +87,9 @@ pub const INTERACTIVE_RECENT: Nanos = 1_000_000_000;
 /// How much GPU time a client may run ahead of its share, or fall behind it, while it stays
 /// active ([`Scheduler::bound_lag`]): five leases of the default quantum.
 pub const LAG_BOUND: Nanos = 100_000_000;
+/// How soon after its lease ended a process that asks again was never away
+/// ([`Scheduler::acquire`]): the hand-over of a revoked lease takes tens of microseconds.
+pub const RETURN_GAP: Nanos = 1_000_000;
 /// How far back `usage` looks.
 pub const USAGE_WINDOW: Nanos = 10_000_000_000;
 
@@ -443,13 +446,21 @@ impl Scheduler {
             Some(c) => self.is_active(client, c),
             None => return,
         };
+        // A process that asks again right after its lease ended (revoked, it gave the token
+        // back at its next launch) was never away: lifted to the virtual clock then (set by the
+        // interactive lease that ran meanwhile), a batch client stayed level with an
+        // interactive one, which went first at every request and took its whole demand.
+        let back_at_once = self
+            .lease_log
+            .last_end(session)
+            .is_some_and(|end| now.saturating_sub(end) <= RETURN_GAP);
         let vclock = self.vclock;
         let burst = self.burst();
         let pending = self.pending(client);
         let Some(c) = self.clients.get_mut(&client) else {
             return;
         };
-        if !was_active {
+        if !was_active && !back_at_once {
             // A client coming back from idle does not bank the time it was away.
             c.vtime = c.vtime.max(vclock);
             c.refill(now, burst, pending);

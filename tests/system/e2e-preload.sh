@@ -33,7 +33,8 @@ if ! { gcc -O1 -shared -fPIC -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
     die "cannot build the fake driver"
 fi
 ctr ldconfig
-ctr systemctl start gpushare.service
+# restarted: the sections before may have left it running with their own config
+ctr systemctl restart gpushare.service
 
 # pid_client PID: the client (and its users) that the daemon lists PID under.
 pid_client() {
