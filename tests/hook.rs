@@ -2297,8 +2297,11 @@ fn a_process_held_to_one_launch_at_a_time_learns_shorter_kernels() {
     );
 }
 
-/// A batch client (request 0.5) and an interactive one, both of this test's user.
-const BATCH_AND_LIVE: &str = "[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\ninteractive = true\nusers = [\"{uid}\"]\n";
+/// A batch client (request 0.5) and an interactive one within its request (0.1; its work keeps
+/// the GPU busy about 0.02 of the time), both of this test's user. An interactive client goes at
+/// once only while it is not ahead of its due share (`gpushare-scheduler(7)`): one of request 0,
+/// due about 0.02 beside this batch client, would run just past it and wait in line.
+const BATCH_AND_LIVE: &str = "[clients.batch]\nrequest = 0.5\nusers = [\"{uid}\"]\n[clients.live]\nrequest = 0.1\ninteractive = true\nusers = [\"{uid}\"]\n";
 
 /// On the fake's shared GPU, a saturating batch process (1 ms kernels for 2.5 s, never
 /// synchronizing) and an interactive one (100 us kernels for 2 s, each synchronized, 5 ms apart).
