@@ -84,9 +84,6 @@ pub fn request_weight(request: f64) -> f64 {
 /// How long after an interactive client's last lease batch processes of equal weights still
 /// overlap only as far as their demands fit: its next request comes soon.
 pub const INTERACTIVE_RECENT: Nanos = 1_000_000_000;
-/// How much GPU time a client may run ahead of its share, or fall behind it, while it stays
-/// active ([`Scheduler::bound_lag`]): five leases of the default quantum.
-pub const LAG_BOUND: Nanos = 100_000_000;
 /// How soon after its lease ended a process that asks again was never away
 /// ([`Scheduler::acquire`]): the hand-over of a revoked lease takes tens of microseconds.
 pub const RETURN_GAP: Nanos = 1_000_000;
@@ -327,35 +324,6 @@ impl Scheduler {
     /// Whether any batch lease runs.
     fn batch_lease_runs(&self) -> bool {
         self.holders.iter().any(|h| !self.interactive(h.client))
-    }
-
-    /// Keeps each active client's virtual time within [`LAG_BOUND`] of GPU time (at its weight)
-    /// of the active clients' weighted mean, as EEVDF bounds a task's lag: what a client got
-    /// beyond its share (charged for a lease its process left idle, or run beside others) is
-    /// paid back for a bounded time, not by starving it for as long as it ran ahead; and one
-    /// left behind catches up for a bounded time. A training loop of request 0.06 charged for
-    /// the host time in its leases ran so far ahead that it got no lease for 25 s (GPU soak seed
-    /// 7).
-    fn bound_lag(&mut self) {
-        let holding: BTreeSet<ClientId> = self.holders.iter().map(|h| h.client).collect();
-        let active = |id: &ClientId, c: &Client| !c.waiting.is_empty() || holding.contains(id);
-        let (mut weights, mut weighted) = (0.0, 0.0);
-        for (id, c) in &self.clients {
-            if active(id, c) {
-                weights += c.weight();
-                weighted += c.weight() * c.vtime;
-            }
-        }
-        if weights <= 0.0 {
-            return;
-        }
-        let mean = weighted / weights;
-        for (id, c) in self.clients.iter_mut() {
-            if active(id, c) {
-                let bound = LAG_BOUND as f64 / c.weight();
-                c.vtime = c.vtime.clamp(mean - bound, mean + bound);
-            }
-        }
     }
 
     /// What `client`'s running leases owe so far (as of the last [`Scheduler::settle`]), not
@@ -789,7 +757,6 @@ impl Scheduler {
             self.end_lease(h, Nanos::MAX, now);
         }
         self.prune_usage(now);
-        self.bound_lag();
         let burst = self.burst();
         // batch clients that wait, in line: furthest behind (smallest virtual time) first
         let mut line: Vec<(f64, ClientId)> = Vec::new();
