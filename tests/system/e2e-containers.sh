@@ -132,8 +132,27 @@ EOF
         runuser -u dave -- env LD_LIBRARY_PATH=/opt/fake-cuda \
         gpushare run -- /opt/fake-cuda/client info
 
-    sleep 5
-    check "container: memory is freed when its process exits" near memory_used 0 "$(client_field train memory_used)"
+    # The long-running process sleeps 6 s after podman starts it; on a slow
+    # machine podman takes seconds more. Wait for it to end, then for the
+    # daemon to see its connection close.
+    memory_freed_after_exit() {
+        local _ used=''
+        for _ in $(seq 300); do
+            ctr pgrep -f "client alloc:1048576 sleep:6000" >/dev/null || break
+            sleep 0.2
+        done
+        if ctr pgrep -f "client alloc:1048576 sleep:6000" >/dev/null; then
+            echo "the container's process still runs after 60 s"
+            return 1
+        fi
+        for _ in $(seq 50); do
+            used=$(client_field train memory_used)
+            near memory_used 0 "$used" >/dev/null && return 0
+            sleep 0.2
+        done
+        near memory_used 0 "$used"
+    }
+    check "container: memory is freed when its process exits" memory_freed_after_exit
     cp "$work/containers-config.saved" "$root/etc/gpushare/gpushare.toml"
     ctr systemctl reload gpushare.service
     ctr sh -c 'podman rmi -f localhost/gpushare-e2e >/dev/null 2>&1; rm -f /etc/cdi/gpushare.yaml'
