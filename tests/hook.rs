@@ -838,7 +838,14 @@ fn under_mps_an_extended_lease_is_sampled_rarely() {
         } else {
             String::new()
         };
-        let (socket, server) = recording_daemon_with_mps(dir.path(), pipe, 0, 0, true);
+        let (socket, server) = scripted_daemon(
+            dir.path(),
+            Script {
+                mps_pipe_dir: pipe,
+                extend: true,
+                ..Script::default()
+            },
+        );
         let out = Run::new(Via::Link)
             .socket(&socket)
             .env("GPUSHARE_STATS", "1")
@@ -864,7 +871,7 @@ fn recording_daemon(
     PathBuf,
     std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
 ) {
-    recording_daemon_with_mps(dir, String::new(), 0, 0, false)
+    scripted_daemon(dir, Script::default())
 }
 
 /// A [`recording_daemon`] that grants every extension, as a daemon does while nobody waits.
@@ -874,15 +881,43 @@ fn recording_daemon_extending(
     PathBuf,
     std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
 ) {
-    recording_daemon_with_mps(dir, String::new(), 0, 0, true)
+    scripted_daemon(
+        dir,
+        Script {
+            extend: true,
+            ..Script::default()
+        },
+    )
 }
 
-fn recording_daemon_with_mps(
-    dir: &Path,
+/// What a [`recording_daemon`] tells the hook.
+struct Script {
     mps_pipe_dir: String,
     mps_thread_percentage: u32,
     mps_pinned_mem_limit: u64,
+    /// Grants every extension (else: as if others waited).
     extend: bool,
+    lease_ns: u64,
+    /// The flags of every grant.
+    grant_flags: u32,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script {
+            mps_pipe_dir: String::new(),
+            mps_thread_percentage: 0,
+            mps_pinned_mem_limit: 0,
+            extend: false,
+            lease_ns: 20_000_000,
+            grant_flags: 0,
+        }
+    }
+}
+
+fn scripted_daemon(
+    dir: &Path,
+    script: Script,
 ) -> (
     PathBuf,
     std::thread::JoinHandle<Vec<(Duration, gpushare::protocol::Request)>>,
@@ -891,6 +926,14 @@ fn recording_daemon_with_mps(
     use std::io::{Read, Write};
     let path = dir.join("recording.sock");
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let Script {
+        mps_pipe_dir,
+        mps_thread_percentage,
+        mps_pinned_mem_limit,
+        extend,
+        lease_ns,
+        grant_flags,
+    } = script;
     let server = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let start = Instant::now();
@@ -919,13 +962,13 @@ fn recording_daemon_with_mps(
                     sched_flags: 0,
                 }),
                 Request::Acquire { .. } | Request::Renew { .. } => Some(Reply::Grant {
-                    lease_ns: 20_000_000,
-                    flags: 0,
+                    lease_ns,
+                    flags: grant_flags,
                 }),
                 Request::Reserve { .. } => Some(Reply::Reserved { used: 0 }),
                 Request::Extend { .. } if extend => Some(Reply::Grant {
-                    lease_ns: 20_000_000,
-                    flags: 0,
+                    lease_ns,
+                    flags: grant_flags,
                 }),
                 // as if others waited: the hook drains and renews
                 Request::Extend { .. } => Some(Reply::NotExtended),
@@ -1065,6 +1108,61 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
             "an idle lease reports at most its length as busy: {busy_ns}"
         );
     }
+}
+
+/// A lease granted while others wait (the grant's contended flag) goes back once its process
+/// has left the GPU for an eighth of it, long before its end; one nobody waited for is kept to
+/// its end. Leases of 400 ms, a pause of 1 s after 2 ms of kernels.
+#[test]
+fn a_holder_that_others_wait_for_gives_the_token_back_once_it_left_the_gpu() {
+    use gpushare::protocol::{Request, GRANT_CONTENDED};
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let held = |grant_flags: u32| {
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, server) = scripted_daemon(
+            dir.path(),
+            Script {
+                lease_ns: 400_000_000,
+                grant_flags,
+                ..Script::default()
+            },
+        );
+        let out = Run::new(Via::ProcAddress).socket(&socket).output(&[
+            "launch:2:1000000",
+            "sleep:1000",
+            "launch:2:1000000",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen = server.join().unwrap();
+        let acquired = seen
+            .iter()
+            .find(|(_, r)| matches!(r, Request::Acquire { .. }))
+            .map(|(t, _)| *t);
+        let released = seen
+            .iter()
+            .find(|(_, r)| matches!(r, Request::Release { .. }))
+            .map(|(t, _)| *t);
+        match (acquired, released) {
+            (Some(a), Some(r)) => r - a,
+            _ => panic!("no acquire and release: {seen:?}"),
+        }
+    };
+    let contended = held(GRANT_CONTENDED);
+    assert!(
+        contended < Duration::from_millis(300),
+        "held {contended:?} of a 400 ms lease that others waited for"
+    );
+    let alone = held(0);
+    assert!(
+        alone >= Duration::from_millis(400),
+        "held {alone:?} of a 400 ms lease nobody waited for"
+    );
 }
 
 /// A process that keeps launching asks to extend its lease before the lease's end (the lease
@@ -1269,8 +1367,15 @@ fn mps_settings_are_exported_before_cu_init() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (socket, server) =
-        recording_daemon_with_mps(dir.path(), "/run/gpushare/mps".into(), 30, 4 * GIB, false);
+    let (socket, server) = scripted_daemon(
+        dir.path(),
+        Script {
+            mps_pipe_dir: "/run/gpushare/mps".into(),
+            mps_thread_percentage: 30,
+            mps_pinned_mem_limit: 4 * GIB,
+            ..Script::default()
+        },
+    );
     let f = fakes().unwrap();
     let out = Command::new(f.client(Via::Dlsym))
         .args([

@@ -274,6 +274,7 @@ def analyze_seed(d, solo, a):
                               "worst": sorted(gaps, key=lambda g: -g["gap"])[:5]}
     out["throughput"] = throughput(d, runs, procs, spec_of, solo)
     out["latency"] = latency(d, scenario, procs, solo)
+    out["bursts"] = bursts(d, scenario, procs, solo, rows)
     out["changes"] = changes
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(out, f, indent=1)
@@ -313,6 +314,32 @@ def latency(d, scenario, procs, solo):
                 end = ps[n].end if n in ps else None
                 if end:
                     row[f"{mode}_p50_ms"], row[f"{mode}_p99_ms"] = end.get("p50_ms"), end.get("p99_ms")
+            out[n] = row
+    return out
+
+
+def bursts(d, scenario, procs, solo, rows):
+    """Per bursty process its bursts' slowdowns (wall time over the kernels' time alone), p50 and
+    p90: solo (bursts back to back), under gpushare, time-sliced; with its client's request and
+    mean got, to tell the bursts of a client below its request (which should run as if alone)
+    from the others."""
+    ts = load_procs(os.path.join(d, "timeslice"))
+    out = {}
+    for c in scenario["clients"]:
+        got = [r["got"] for r in rows if r["client"] == c["name"] and r["got"] is not None]
+        for p in c["procs"]:
+            if not p["spec"].startswith("bursty:"):
+                continue
+            n = p["name"]
+            s = solo.get(p["spec"]) or {}
+            row = {"client": c["name"], "request": c["request"],
+                   "client_got_mean": round(sum(got) / len(got), 4) if got else None,
+                   "solo_p50": s.get("burst_x_p50")}
+            for mode, ps in (("gpushare", procs), ("timeslice", ts)):
+                end = ps[n].end if n in ps else None
+                if end:
+                    row[f"{mode}_bursts"] = end.get("bursts")
+                    row[f"{mode}_p50"], row[f"{mode}_p90"] = end.get("burst_x_p50"), end.get("burst_x_p90")
             out[n] = row
     return out
 
@@ -366,6 +393,15 @@ def markdown(summaries, scenarios, a):
                 md.append(f"| {n} | {'interactive' if r['interactive'] else 'batch'} | {fmt(r['solo_p99_ms'], 2)} | "
                           f"{fmt(r.get('gpushare_p50_ms'), 2)} / {fmt(r.get('gpushare_p99_ms'), 2)} | "
                           f"{fmt(r.get('timeslice_p50_ms'), 2)} / {fmt(r.get('timeslice_p99_ms'), 2)} |")
+        if s.get("bursts"):
+            md += ["", "Bursts, wall time over the kernels' time alone:", "",
+                   "| bursty | client | request | client got (mean) | solo p50 | gpushare p50 / p90 "
+                   "| time-sliced p50 / p90 |",
+                   "| --- | --- | --- | --- | --- | --- | --- |"]
+            for n, r in s["bursts"].items():
+                md.append(f"| {n} | {r['client']} | {r['request']:.2f} | {fmt(r['client_got_mean'])} | "
+                          f"{fmt(r['solo_p50'], 2)} | {fmt(r.get('gpushare_p50'), 2)} / {fmt(r.get('gpushare_p90'), 2)} | "
+                          f"{fmt(r.get('timeslice_p50'), 2)} / {fmt(r.get('timeslice_p90'), 2)} |")
         if s.get("changes"):
             md += ["", "Share changes: " + "; ".join(
                 f"{c['client']} request {c['request']:.2f} ({'applied' if c.get('applied') else 'NOT applied'})"

@@ -32,7 +32,8 @@ Workload SPECs (scenario.py draws them):
   mlp            an MNIST-sized MLP (784-512-256-10, batch 64, SGD), loss.item() every 10 steps:
                  launch-bound; unit: a step
   bursty:D       bursts of 50-200 ms of D kernels, synchronized at the end, then a pause of
-                 100-1000 ms (drawn from --seed); unit: a kernel
+                 100-1000 ms (drawn from --seed); unit: a kernel. Its end line gives each whole
+                 burst's slowdown (wall time over its kernels' calibrated time), p50 and p90
   infer          a bf16 MLP (4 layers of 1024) forward on batch 1, 2, 4, 8 in turn, synchronized,
                  every 5 ms; unit: a request, whose latency is recorded
 Every process allocates well under 2 GiB of device memory and never managed memory.
@@ -208,12 +209,29 @@ class Kernels:
 
 
 class Bursty(Kernels):
+    """Records each whole burst's wall time over its kernels' calibrated time alone: its
+    slowdown (about 1 alone)."""
+
     def __init__(self, kernel, calib, rng):
         super().__init__(kernel, 0, calib, rng)
         self.rng = rng
+        self.slowdowns = []
 
     def gpu(self, meter, until):
-        self.launch(meter, max(1, round(self.rng.uniform(*BURST_S) / self.kernel_s)), until)
+        n = max(1, round(self.rng.uniform(*BURST_S) / self.kernel_s))
+        u0, t0 = meter.units, time.perf_counter()
+        self.launch(meter, n, until)
+        if meter.units - u0 == n:
+            self.slowdowns.append((time.perf_counter() - t0) / (n * self.kernel_s))
+
+    def summary(self):
+        s = sorted(self.slowdowns)
+        if not s:
+            return self.info
+
+        def pct(q):
+            return round(s[min(len(s) - 1, int(q * len(s)))], 3)
+        return {**self.info, "bursts": len(s), "burst_x_p50": pct(0.5), "burst_x_p90": pct(0.9)}
 
     def host(self, until):
         time.sleep(max(0.0, min(self.rng.uniform(*PAUSE_S), until - time.time())))

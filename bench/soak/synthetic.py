@@ -33,6 +33,8 @@ def solo_of(spec, rng):
     rec = {"kind": "solo", "spec": spec, "rate": busy / per_unit, "busy": busy, "gpu_s_per_unit": per_unit}
     if kind == "infer":
         rec.update(p50_ms=0.4, p99_ms=0.6)
+    if kind == "bursty":
+        rec.update(bursts=20, burst_x_p50=1.01, burst_x_p90=1.03)
     return rec
 
 
@@ -59,6 +61,8 @@ def simulate(procs, solo, t0, seconds, times, share_of, faults=None):
         tail = [{"kind": "end", "t": round(t0 + end, 4), "units": round(units[p["name"]], 2), "name": p["name"]}]
         if p["spec"] == "infer":
             tail[0].update(p50_ms=0.5, p99_ms=0.8)
+        if p["spec"].startswith("bursty:"):
+            tail[0].update(bursts=40, burst_x_p50=1.5, burst_x_p90=2.5)
         out[p["name"]] = head + lines[p["name"]] + tail
     return out, units
 

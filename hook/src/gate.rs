@@ -25,8 +25,8 @@ use crate::devices::{self, Device};
 use crate::driver::{current_context, helper, relaxed_capture, Helper};
 use crate::grant_wait;
 use crate::lease::{
-    exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, DEADLINE, EXITING, GATE,
-    GATE_AT, INTERACTIVE, LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER,
+    exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, CONTENDED, DEADLINE, EXITING,
+    GATE, GATE_AT, INTERACTIVE, LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER,
     WATCHER_THREAD,
 };
 use crate::pacing::{self, wait_until_done};
@@ -297,6 +297,17 @@ pub fn idle_slack(lease_ns: u64) -> u64 {
     (lease_ns / 4).max(2_000_000)
 }
 
+/// How long a process holding a lease that others waited for may leave the GPU without work
+/// before the lease thread gives the lease back (ahead of its end): an eighth of the lease, at
+/// least [`QUIET_NS`]. A training loop that waits 20 ms on the host after each step (data
+/// loading, a sleep) otherwise held the token through it, the GPU idle while others waited, and
+/// was charged those 20 ms as GPU time: it ran so far ahead of its due that it then got nothing
+/// for seconds. Host gaps shorter than this keep the lease, so that a job that synchronizes
+/// every step does not lose its turn at each.
+pub fn contended_idle(lease_ns: u64) -> u64 {
+    (lease_ns / 8).max(QUIET_NS)
+}
+
 /// How often the lease thread samples the GPU queue while a lease runs.
 const SAMPLE_NS: u64 = 250_000;
 /// The same on a relaxed lease ([`pacing::relaxed`]): its samples only lower the process's demand
@@ -425,6 +436,12 @@ fn release_due(lease: &Lease) -> bool {
         return now >= revoked + REVOKE_SLACK_NS;
     }
     if INTERACTIVE.load(Relaxed) && pacing::idle_for().is_some_and(|t| t >= INTERACTIVE_IDLE_NS) {
+        return true;
+    }
+    if CONTENDED.load(Relaxed)
+        && pacing::idle_for()
+            .is_some_and(|t| t >= contended_idle(lease.deadline - lease.granted_at))
+    {
         return true;
     }
     now >= lease

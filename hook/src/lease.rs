@@ -24,6 +24,10 @@ pub static WAIT_LIMIT_NS: AtomicU64 = AtomicU64::new(100_000_000);
 pub static REVOKED_AT: AtomicU64 = AtomicU64::new(0);
 /// This process's client is interactive: it gives a lease back as soon as its work is done.
 pub static INTERACTIVE: AtomicBool = AtomicBool::new(false);
+/// Other processes waited for the token when the current lease was granted or last extended:
+/// the lease thread gives it back once this process leaves the GPU for a while
+/// ([`gate`](crate::gate)'s `contended_idle`).
+pub static CONTENDED: AtomicBool = AtomicBool::new(false);
 /// The device ordinal of the current lease, for the launch path of a process on several GPUs.
 pub static LEASE_ORDINAL: AtomicI32 = AtomicI32::new(-1);
 /// End of the current lease in [`now_ns`] units (0: none), for readers off the launch path.
@@ -225,6 +229,7 @@ impl Lease {
 pub fn after_fork_in_child() {
     withdraw();
     REVOKED_AT.store(0, Release);
+    CONTENDED.store(false, Relaxed);
     // SAFETY: called from the fork child handler.
     unsafe { NOTICES.reset(Notices::NONE) };
     pacing::after_fork_in_child();

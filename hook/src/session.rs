@@ -516,6 +516,10 @@ pub fn acquire(device: DeviceId, spin: Duration) -> Option<u64> {
 fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
     crate::lease::count_grant(flags & proto::protocol::GRANT_SHARED != 0);
     crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
+    crate::lease::CONTENDED.store(
+        flags & proto::protocol::GRANT_CONTENDED != 0,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     crate::pacing::set_extended(extended);
     lease_ns
 }

@@ -2,8 +2,9 @@
 //! hook's rules for leases (as `libgpushare.so` keeps them): it launches only while it holds a
 //! lease that has not ended or been revoked, keeps a bounded queue, asks a quarter of a lease
 //! before its end to extend it while it uses it, drains its queue before it gives a lease back,
-//! gives back a revoked lease at once, a lease past its end once it left the GPU, and an
-//! interactive client's lease as soon as it is idle.
+//! gives back a revoked lease at once, a lease past its end once it left the GPU, a lease others
+//! waited for once it left the GPU a while, and an interactive client's lease as soon as it is
+//! idle.
 
 use super::gpu::Gpu;
 use crate::scheduler::Nanos;
@@ -46,6 +47,9 @@ const REVOKE_SLACK_NS: Nanos = 200_000;
 const INTERACTIVE_IDLE_NS: Nanos = 500_000;
 /// A lease past its end is given back once its process left the GPU this long.
 const QUIET_NS: Nanos = 1_000_000;
+/// A lease others waited for is given back once its process left the GPU for this part of it
+/// (at least [`QUIET_NS`]).
+const CONTENDED_IDLE_DIVISOR: Nanos = 8;
 /// A tight lease (an interactive client active) keeps a queue this much shorter.
 const TIGHT_DIVISOR: Nanos = 4;
 
@@ -71,6 +75,8 @@ struct Held {
     deadline: Nanos,
     revoked_at: Option<Nanos>,
     tight: bool,
+    /// Others waited for the token when it was granted or last extended.
+    contended: bool,
     asked_ahead: bool,
     /// The context's pending time when it was granted or last extended.
     pending_time_at: Nanos,
@@ -131,6 +137,7 @@ impl Process {
             deadline: Nanos::MAX / 2,
             revoked_at: None,
             tight: false,
+            contended: false,
             asked_ahead: true,
             pending_time_at: 0,
         });
@@ -141,8 +148,16 @@ impl Process {
         self.held.is_some()
     }
 
-    /// The daemon granted a lease of `lease_ns` (or extended the one held).
-    pub fn granted(&mut self, now: Nanos, lease_ns: Nanos, tight: bool, gpu: &Gpu) {
+    /// The daemon granted a lease of `lease_ns` (or extended the one held); `contended`: others
+    /// wait for the token.
+    pub fn granted(
+        &mut self,
+        now: Nanos,
+        lease_ns: Nanos,
+        tight: bool,
+        contended: bool,
+        gpu: &Gpu,
+    ) {
         self.asked = false;
         // idle counts from the grant: the launch that waited for it comes now
         if self.idle_since.is_some() {
@@ -155,6 +170,7 @@ impl Process {
             deadline: now + lease_ns,
             revoked_at: None,
             tight,
+            contended,
             asked_ahead: false,
             pending_time_at,
         });
@@ -212,10 +228,12 @@ impl Process {
                     return (Some(self.release(gpu, again)), None);
                 }
             } else if (self.rules.interactive && idle.is_some_and(|t| t >= INTERACTIVE_IDLE_NS))
+                || (h.contended && idle.is_some_and(|t| t >= contended_idle(&h)))
                 || (now >= h.deadline + (h.deadline - h.granted_at) / 4
                     && idle.is_some_and(|t| t >= QUIET_NS))
             {
-                // an interactive process idle a moment, or any past its lease and quiet
+                // an interactive process idle a moment, one others wait for idle a while, or
+                // any past its lease and quiet
                 return (Some(self.release(gpu, false)), None);
             }
             let left = h.deadline.saturating_sub(now);
@@ -248,8 +266,16 @@ impl Process {
                 ],
             }
         });
-        let idle_wakes = self.idle_since.map_or([None, None], |t| {
-            [Some(t + INTERACTIVE_IDLE_NS), Some(t + QUIET_NS)]
+        let contended_wake = self
+            .held
+            .filter(|h| h.contended)
+            .map(|h| contended_idle(&h));
+        let idle_wakes = self.idle_since.map_or([None, None, None], |t| {
+            [
+                Some(t + INTERACTIVE_IDLE_NS),
+                Some(t + QUIET_NS),
+                contended_wake.map(|d| t + d),
+            ]
         });
         // the earliest of the moments still ahead
         let wake = |app: Option<Nanos>| {
@@ -372,4 +398,9 @@ impl Process {
     fn wants_gpu(&self, now: Nanos) -> bool {
         self.alive(now) && (self.step_left > 0 || self.ready_at <= now + QUIET_NS)
     }
+}
+
+/// How long a process may leave the GPU before it gives back lease `h`, which others wait for.
+fn contended_idle(h: &Held) -> Nanos {
+    ((h.deadline - h.granted_at) / CONTENDED_IDLE_DIVISOR).max(QUIET_NS)
 }
