@@ -2493,7 +2493,7 @@ fn a_loop_that_gives_back_at_each_pause() -> (f64, f64) {
 /// A loop that gives its lease back at each host pause, back on the GPU, ends the lease that a
 /// client of a smaller request took meanwhile: it keeps its demand (0.78 alone; about 0.75 here
 /// with the pause's first 2.5 ms held), and the other gets the rest. Waiting for each of the
-/// other's leases, the loop got 0.46 and the other 0.39.
+/// other's leases, the loop got 0.40.
 #[test]
 fn a_loop_back_from_its_host_pause_ends_a_lighter_clients_lease() {
     let (loop_share, other) = a_loop_that_gives_back_at_each_pause();
