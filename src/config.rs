@@ -247,6 +247,8 @@ pub struct DaemonConfig {
     /// How much work a lease holder may keep queued on the GPU past its lease's end: the hook
     /// holds its launches back beyond that, so that hand-overs are prompt.
     pub queue_ahead: Duration,
+    /// How long a client's unused request is kept as burst credit (zero: none).
+    pub burst_window: Duration,
     /// How many leases may run at once; [`ALL_LEASES`] for no bound.
     pub concurrent_leases: usize,
     /// Leases overlap only while the GPU has room, judged by the processes' measured demand
@@ -336,6 +338,7 @@ struct FileDaemon {
     client_timeout: Option<String>,
     max_processes_per_user: Option<i64>,
     queue_ahead: Option<String>,
+    burst_window: Option<String>,
     concurrent_leases: Option<LeaseCount>,
     #[serde(default)]
     admin_groups: Vec<String>,
@@ -528,6 +531,10 @@ impl Config {
                 Duration::from_millis(2),
                 "daemon.queue_ahead",
             )?,
+            burst_window: match &d.burst_window {
+                Some(t) => parse_duration(t).map_err(|e| format!("daemon.burst_window: {e}"))?,
+                None => Duration::from_nanos(crate::scheduler::guarantee::WINDOW),
+            },
             concurrent_leases: match &d.concurrent_leases {
                 Some(LeaseCount::Number(n)) if *n >= 1 => usize::try_from(*n).unwrap_or(ALL_LEASES),
                 Some(LeaseCount::Word(w)) if w == "all" => ALL_LEASES,
@@ -833,7 +840,12 @@ mod tests {
             "gated by demand without MPS"
         );
         assert_eq!(c.daemon.queue_ahead, Duration::from_millis(2));
+        assert_eq!(c.daemon.burst_window, Duration::from_millis(500));
         assert!(c.daemon.overlap_by_demand);
+        let c = Config::parse("[daemon]\nburst_window = \"0s\"\n").unwrap();
+        assert_eq!(c.daemon.burst_window, Duration::ZERO, "burst credit off");
+        let e = Config::parse("[daemon]\nburst_window = \"soon\"\n").unwrap_err();
+        assert!(e.contains("daemon.burst_window"), "{e}");
         let c = Config::parse("[daemon]\nconcurrent_leases = 3\n").unwrap();
         assert!(
             !c.daemon.overlap_by_demand,

@@ -25,9 +25,9 @@ use crate::devices::{self, Device};
 use crate::driver::{current_context, helper, relaxed_capture, Helper};
 use crate::grant_wait;
 use crate::lease::{
-    exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, CONTENDED, DEADLINE, EXITING,
-    GATE, GATE_AT, INTERACTIVE, LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS, WATCHER,
-    WATCHER_THREAD,
+    self, exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, CONTENDED, DEADLINE,
+    EXITING, GATE, GATE_AT, INTERACTIVE, LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS,
+    WATCHER, WATCHER_THREAD,
 };
 use crate::pacing::{self, wait_until_done};
 use crate::residency;
@@ -350,6 +350,12 @@ fn watch() {
             extend_early(&seen);
             continue;
         }
+        if give_back_due(&seen) {
+            // Closes the gate first, as a revocation does: a launch that passed it just before
+            // reaches the driver within the revocation's slack, and the lease goes back then.
+            lease::give_back_soon();
+            continue;
+        }
         if !release_due(&seen) {
             let period = if pacing::relaxed() {
                 RELAXED_SAMPLE_NS
@@ -366,6 +372,10 @@ fn watch() {
         // Per-thread default streams of launching threads cannot be named from here.
         if lease.context != 0 && set_context(lease.context) {
             wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
+        }
+        if CONTENDED.load(Relaxed) {
+            // Others wait: the memory moves out, as at a hand-over in a launching thread.
+            residency::hand_over();
         }
         let device: Device = lease.device;
         let busy = end_lease(&mut lease);
@@ -428,6 +438,19 @@ fn sample_stream(lease: &Lease) -> Option<CUstream> {
     (set_context(lease.context) && !capturing(stream)).then_some(stream)
 }
 
+/// Whether the lease thread should give back `lease`, which others waited for when it was
+/// granted or extended, before its end: a batch lease, not revoked, whose process has left the
+/// GPU (nothing queued, nothing launched) for [`contended_idle`] since the lease began.
+fn give_back_due(lease: &Lease) -> bool {
+    let since_grant = now_ns().saturating_sub(lease.granted_at);
+    CONTENDED.load(Relaxed)
+        && !INTERACTIVE.load(Relaxed)
+        && REVOKED_AT.load(Acquire) == 0
+        && pacing::idle_for().is_some_and(|t| {
+            t.min(since_grant) >= contended_idle(lease.deadline - lease.granted_at)
+        })
+}
+
 /// Whether the lease thread should give `lease` back now.
 fn release_due(lease: &Lease) -> bool {
     let now = now_ns();
@@ -436,12 +459,6 @@ fn release_due(lease: &Lease) -> bool {
         return now >= revoked + REVOKE_SLACK_NS;
     }
     if INTERACTIVE.load(Relaxed) && pacing::idle_for().is_some_and(|t| t >= INTERACTIVE_IDLE_NS) {
-        return true;
-    }
-    if CONTENDED.load(Relaxed)
-        && pacing::idle_for()
-            .is_some_and(|t| t >= contended_idle(lease.deadline - lease.granted_at))
-    {
         return true;
     }
     now >= lease

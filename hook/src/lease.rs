@@ -25,8 +25,8 @@ pub static REVOKED_AT: AtomicU64 = AtomicU64::new(0);
 /// This process's client is interactive: it gives a lease back as soon as its work is done.
 pub static INTERACTIVE: AtomicBool = AtomicBool::new(false);
 /// Other processes waited for the token when the current lease was granted or last extended:
-/// the lease thread gives it back once this process leaves the GPU for a while
-/// ([`gate`](crate::gate)'s `contended_idle`).
+/// the lease thread gives it back once this process leaves the GPU for a while (the gate's
+/// `contended_idle`).
 pub static CONTENDED: AtomicBool = AtomicBool::new(false);
 /// The device ordinal of the current lease, for the launch path of a process on several GPUs.
 pub static LEASE_ORDINAL: AtomicI32 = AtomicI32::new(-1);
@@ -123,6 +123,13 @@ pub fn published() {
     if n.revoke_for == n.grants_seen {
         revoke_now();
     }
+}
+
+/// The lease thread gives the lease back before its end (others wait and the process left the
+/// GPU): the gate closes now, as for a revocation, and the lease goes back after the
+/// revocation's slack.
+pub fn give_back_soon() {
+    revoke_now();
 }
 
 fn revoke_now() {

@@ -16,6 +16,7 @@ use crate::protocol::DeviceId;
 pub struct Schedulers {
     quantum: Nanos,
     grace: Nanos,
+    burst_window: Nanos,
     slots: usize,
     demand_gated: bool,
     /// Every client with its shares, for the devices made later.
@@ -30,6 +31,7 @@ impl Schedulers {
         Schedulers {
             quantum: quantum.max(1),
             grace: 0,
+            burst_window: super::guarantee::WINDOW,
             slots: 1,
             demand_gated: false,
             clients: BTreeMap::new(),
@@ -53,6 +55,14 @@ impl Schedulers {
         self.grace = grace;
         for s in self.devices.values_mut() {
             s.set_grace(grace);
+        }
+    }
+
+    /// As [`Scheduler::set_burst_window`], on every device.
+    pub fn set_burst_window(&mut self, window: Nanos) {
+        self.burst_window = window;
+        for s in self.devices.values_mut() {
+            s.set_burst_window(window);
         }
     }
 
@@ -103,12 +113,18 @@ impl Schedulers {
 
     /// The scheduler of `device`, made now if no request named it before.
     fn device(&mut self, device: DeviceId, now: Nanos) -> &mut Scheduler {
-        let (quantum, grace, slots, gated) =
-            (self.quantum, self.grace, self.slots, self.demand_gated);
+        let (quantum, grace, window, slots, gated) = (
+            self.quantum,
+            self.grace,
+            self.burst_window,
+            self.slots,
+            self.demand_gated,
+        );
         let (clients, factors) = (&self.clients, &self.fair_factors);
         self.devices.entry(device).or_insert_with(|| {
             let mut s = Scheduler::new(quantum, now);
             s.set_grace(grace);
+            s.set_burst_window(window);
             s.set_slots(slots, gated);
             for (&id, &shares) in clients {
                 s.set_client(id, shares, now);

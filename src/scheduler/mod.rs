@@ -197,8 +197,8 @@ impl Client {
         self.credit = self.credit_now(now, burst, pending);
         self.credit_at = now.max(self.credit_at);
     }
-    fn charge(&mut self, ns: Nanos, now: Nanos) {
-        self.guarantee.charge(self.guaranteed(), ns, now);
+    fn charge(&mut self, ns: Nanos, window: Nanos, now: Nanos) {
+        self.guarantee.charge(self.guaranteed(), window, ns, now);
         self.vtime += ns as f64 / self.weight();
         self.credit -= ns as f64;
         self.charged_total += ns;
@@ -280,6 +280,8 @@ pub struct Scheduler {
     trials: Trials,
     /// Virtual clock: never behind the smallest virtual time of an active client.
     vclock: f64,
+    /// How long a client's unused request is kept as burst credit ([`guarantee`]).
+    burst_window: Nanos,
     started: Nanos,
 }
 
@@ -304,6 +306,7 @@ impl Scheduler {
             interactive_at: None,
             trials: Trials::default(),
             vclock: 0.0,
+            burst_window: guarantee::WINDOW,
             started: now,
         }
     }
@@ -318,6 +321,14 @@ impl Scheduler {
 
     pub fn set_grace(&mut self, grace: Nanos) {
         self.drains.configure(grace);
+    }
+
+    /// How long a client's unused request is kept as burst credit (0: no burst credit).
+    pub fn set_burst_window(&mut self, window: Nanos) {
+        self.burst_window = window;
+        for c in self.clients.values_mut() {
+            c.guarantee.fit(c.guaranteed(), window);
+        }
     }
 
     /// How many leases may run at once (at least one), and whether a lease starts beside
@@ -376,7 +387,9 @@ impl Scheduler {
     /// more of its request unused lately.
     fn owed(&self, id: ClientId, now: Nanos) -> bool {
         self.clients.get(&id).is_some_and(|c| {
-            !c.shares.interactive && c.guarantee.owed(c.guaranteed(), self.quantum, now)
+            !c.shares.interactive
+                && c.guarantee
+                    .owed(c.guaranteed(), self.burst_window, self.quantum, now)
         })
     }
 
@@ -462,7 +475,8 @@ impl Scheduler {
                 c.refill(now, burst, pending);
                 let old = c.guaranteed();
                 c.shares = shares;
-                c.guarantee.resize(old, c.guaranteed(), now);
+                c.guarantee
+                    .resize(old, c.guaranteed(), self.burst_window, now);
             }
             None => {
                 self.clients.insert(
@@ -491,7 +505,7 @@ impl Scheduler {
     pub fn set_fair_factor(&mut self, id: ClientId, factor: f64) {
         if let Some(c) = self.clients.get_mut(&id) {
             c.fair_factor = clamp_factor(factor);
-            c.guarantee.fit(c.guaranteed());
+            c.guarantee.fit(c.guaranteed(), self.burst_window);
         }
     }
 
@@ -580,6 +594,7 @@ impl Scheduler {
         let wall = now.saturating_sub(h.start);
         let busy = busy_ns.min(wall);
         let mut owed = h.owed.round() as Nanos;
+        let window = self.burst_window;
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
                 // An interactive lease lasts until its process has been idle a moment after
@@ -590,7 +605,7 @@ impl Scheduler {
                 owed = owed.min(busy);
             }
             c.gpu_total += busy;
-            c.charge(owed, now);
+            c.charge(owed, window, now);
             tracing::debug!(
                 client = h.client,
                 session = h.session,
@@ -699,12 +714,13 @@ impl Scheduler {
         }
         let burst = self.burst();
         let quantum = self.quantum;
+        let window = self.burst_window;
         // what the client's other running leases owe (this one's is charged now)
         let others = self.pending(self.holders[i].client) - self.holders[i].owed;
         let h = &mut self.holders[i];
         let c = self.clients.get_mut(&h.client)?;
         let owed = h.owed.round() as Nanos;
-        c.charge(owed, now);
+        c.charge(owed, window, now);
         let book = self.books.entry(session).or_default();
         book.charge(owed);
         c.refill(now, burst, others);

@@ -273,6 +273,8 @@ impl State {
         self.sched
             .set_grace(new.daemon.lease_grace.as_nanos() as Nanos);
         self.sched
+            .set_burst_window(new.daemon.burst_window.as_nanos() as Nanos);
+        self.sched
             .set_slots(new.daemon.concurrent_leases, new.daemon.overlap_by_demand);
         self.config = new;
         self.managed_limit = managed_limit(&self.config);

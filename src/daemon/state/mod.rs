@@ -151,6 +151,7 @@ impl State {
         let origin = Instant::now();
         let mut sched = Schedulers::new(config.daemon.quantum.as_nanos() as Nanos);
         sched.set_grace(config.daemon.lease_grace.as_nanos() as Nanos);
+        sched.set_burst_window(config.daemon.burst_window.as_nanos() as Nanos);
         sched.set_slots(
             config.daemon.concurrent_leases,
             config.daemon.overlap_by_demand,
