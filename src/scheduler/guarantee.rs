@@ -17,7 +17,8 @@
 //! GPU by request keep their turns as before. Bounds: an owed client runs ahead of the others
 //! until it has used half its bucket beyond its request (a burst of `request * window / 2 / (1 -
 //! request)` as if alone); a client kept below its request by one that is owed becomes owed
-//! itself within half a window. A window of 0 turns burst credit off.
+//! itself within half a window, or once its bucket holds a quantum where half of it holds less
+//! (a request under `quantum / window` never is). A window of 0 turns burst credit off.
 
 use super::Nanos;
 
