@@ -229,10 +229,11 @@ struct Lease {
     backfilled: bool,
 }
 
-/// A lease its holder gave back before its end, whose demand sample waits for the process to ask
+/// What an ended lease tells its process's demand estimate, besides the wall time it is
+/// measured over; kept for a lease its holder gave back before its end until the process asks
 /// again ([`Scheduler::end_lease`]).
 #[derive(Debug, Clone, Copy)]
-struct EarlyEnd {
+struct Sample {
     start: Nanos,
     length: Nanos,
     busy: Nanos,
@@ -269,7 +270,7 @@ pub struct Scheduler {
     /// When each session's last lease ended.
     lease_log: LeaseLog,
     /// Leases given back before their end, by session, until their process asks again.
-    early: BTreeMap<SessionId, EarlyEnd>,
+    early: BTreeMap<SessionId, Sample>,
     /// Sessions waiting since they came back from away ([`Scheduler::preempt_for`]).
     woken: BTreeSet<SessionId>,
     /// What each process got and waited, until [`Scheduler::take_session_usage`].
@@ -407,8 +408,9 @@ impl Scheduler {
     /// ([`guarantee`]; the leases of clients that are not owed), or when its next process comes
     /// back from away (a loop that left the GPU for its host work), a lease at its weight would
     /// end before theirs in virtual time, and their holders, charged what ran so far, would wait
-    /// behind it in line (EEVDF's wake-up preemption): without it, a loop that gives its lease back at each host
-    /// pause waited for a whole lease of any client, however light, that took the token meanwhile.
+    /// behind it in line (EEVDF's wake-up preemption): without it, a loop that gives its lease
+    /// back at each host pause waited for a whole lease of any client, however light, that took
+    /// the token meanwhile.
     /// Probes, interactive leases and leases started ahead of `id` that it can start beside
     /// ([`Scheduler::backfill`]) run on. Whether any lease was ended.
     fn preempt_for(&mut self, id: ClientId, now: Nanos) -> bool {
@@ -437,11 +439,15 @@ impl Scheduler {
                     && !h.backfilled
                     && h.client != id
                     && !self.interactive(h.client)
-                    && if self.owed(h.client, now) {
-                        // an owed holder goes before any client that is not owed
-                        owed && woken && deadline < self.deadline(h.client, h.length) && behind(h)
-                    } else {
-                        owed || (woken && deadline < self.deadline(h.client, h.length) && behind(h))
+                    && {
+                        let earlier =
+                            woken && deadline < self.deadline(h.client, h.length) && behind(h);
+                        if self.owed(h.client, now) {
+                            // an owed holder goes before any client that is not owed
+                            owed && earlier
+                        } else {
+                            owed || earlier
+                        }
                     }
             })
             .collect();
@@ -625,22 +631,20 @@ impl Scheduler {
             self.books.entry(h.session).or_default().charge(owed);
         }
         self.lease_log.ended(h.session, now);
+        let sample = Sample {
+            start: h.start,
+            length: h.length,
+            busy,
+            alone: h.alone,
+            probe: h.probe,
+        };
         if !h.revoked && now < h.end {
             // Given back before its end (its process left the GPU while others waited): its
             // busy time is measured over the time until the process asks again, up to the
             // lease's length. Over the lease's wall time alone, a loop that waits 6 ms on its
             // host after 3 ms of kernels looked busy 0.55 of the time, where it keeps the GPU
             // busy 0.33 alone; loops that fit beside each other then took turns.
-            self.early.insert(
-                h.session,
-                EarlyEnd {
-                    start: h.start,
-                    length: h.length,
-                    busy,
-                    alone: h.alone,
-                    probe: h.probe,
-                },
-            );
+            self.early.insert(h.session, sample);
             return;
         }
         // a lease revoked at its holder's next launch measured only the part of it that ran
@@ -649,42 +653,25 @@ impl Scheduler {
         } else {
             1.0
         };
-        self.learn(
-            h.session,
-            busy,
-            wall,
-            weight,
-            h.alone && h.probe,
-            h.alone,
-            now,
-        );
+        self.learn(h.session, sample, wall, weight, now);
     }
 
     /// Feeds one lease's busy time over `wall` to its process's demand estimate.
-    #[allow(clippy::too_many_arguments)]
-    fn learn(
-        &mut self,
-        session: SessionId,
-        busy: Nanos,
-        wall: Nanos,
-        weight: f64,
-        probe_alone: bool,
-        alone: bool,
-        now: Nanos,
-    ) {
-        if probe_alone {
-            self.demand.learn_probe(session, busy, wall, weight, now);
+    fn learn(&mut self, session: SessionId, s: Sample, wall: Nanos, weight: f64, now: Nanos) {
+        if s.probe && s.alone {
+            self.demand.learn_probe(session, s.busy, wall, weight, now);
         } else {
-            self.demand.learn(session, busy, wall, weight, alone, now);
+            self.demand
+                .learn(session, s.busy, wall, weight, s.alone, now);
         }
     }
 
     /// `session` asks again after a lease it gave back before its end: that lease's demand
     /// sample, over the time from its start to now (at most its length).
     fn learn_early_end(&mut self, session: SessionId, now: Nanos) {
-        if let Some(e) = self.early.remove(&session) {
-            let wall = now.saturating_sub(e.start).min(e.length).max(e.busy);
-            self.learn(session, e.busy, wall, 1.0, e.alone && e.probe, e.alone, now);
+        if let Some(s) = self.early.remove(&session) {
+            let wall = now.saturating_sub(s.start).min(s.length).max(s.busy);
+            self.learn(session, s, wall, 1.0, now);
         }
     }
 

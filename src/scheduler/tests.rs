@@ -2326,10 +2326,11 @@ fn a_limited_client_out_of_credit_leaves_the_rest_by_request() {
     }
 }
 
-/// Bursts of `burst` of GPU work every `period` (the first at half a period) by a client of request 0.3 beside a saturating
-/// client of request 0.5, one slot, for 20 s: each burst's time from its first ask to its work
-/// done, the saturating client's share, and how many leases were ended early. A revoked lease
-/// is given back half a millisecond later (its holder's next launch and drain).
+/// Bursts of `burst` of GPU work every `period` (the first at half a period) by a client of
+/// request 0.3 beside a saturating client of request 0.5, one slot, for 20 s: each burst's time
+/// from its first ask to its work done, the saturating client's share, and how many leases were
+/// ended early. A revoked lease is given back half a millisecond later (its holder's next
+/// launch and drain).
 fn bursts_beside_a_saturating_client(burst: Nanos, period: Nanos) -> (Vec<Nanos>, f64, usize) {
     const TICK: Nanos = MS / 2;
     let mut s = Scheduler::new(20 * MS, 0);

@@ -251,6 +251,15 @@ fn kind_from_env() -> Kind {
         .unwrap_or(Kind::Saturating)
 }
 
+/// Prints the windows of `sc` under gpushare, its worst window, and its windows time-sliced.
+fn print_beside_time_slicing(sc: &Scenario) {
+    let (out, ts) = (run(sc), run_time_sliced(sc));
+    print(&out);
+    eprintln!("worst {:?}", worst(&out, Some(&ts)));
+    eprintln!("time-sliced:");
+    print(&ts);
+}
+
 /// Prints one random mix, its windows under gpushare and time-sliced:
 /// `SIM_KIND=HostBound SIM_SEED=3 cargo test --release --lib simulation::tests::explain --
 /// --ignored --nocapture`.
@@ -267,11 +276,7 @@ fn explain() {
         }
     }
     eprintln!("changes {:?}", sc.changes);
-    let (out, ts) = (run(&sc), run_time_sliced(&sc));
-    print(&out);
-    eprintln!("worst {:?}", worst(&out, Some(&ts)));
-    eprintln!("time-sliced:");
-    print(&ts);
+    print_beside_time_slicing(&sc);
 }
 
 /// The worst window of each seed of a kind, under gpushare and time-sliced: `SIM_KIND=HostBound
@@ -370,11 +375,7 @@ fn an_estimate_taken_in_start_up_is_corrected_beside_an_interactive_client() {
 #[ignore]
 fn soak_seed_4_explained() {
     let sc = soak_seed_4();
-    let (out, ts) = (run(&sc), run_time_sliced(&sc));
-    print(&out);
-    eprintln!("worst {:?}", worst(&out, Some(&ts)));
-    eprintln!("time-sliced:");
-    print(&ts);
+    print_beside_time_slicing(&sc);
 }
 
 /// Seed 7 of the GPU soak (H200), its first 100 s: a launch-bound MLP and a loop of 1 ms
@@ -465,11 +466,7 @@ fn soak_seed_7() -> Scenario {
 #[ignore]
 fn soak_seed_7_explained() {
     let sc = soak_seed_7();
-    let (out, ts) = (run(&sc), run_time_sliced(&sc));
-    print(&out);
-    eprintln!("worst {:?}", worst(&out, Some(&ts)));
-    eprintln!("time-sliced:");
-    print(&ts);
+    print_beside_time_slicing(&sc);
 }
 
 /// GPU soak seed 7's training loop (request 0.06) is never starved. Holding its lease through
