@@ -2507,3 +2507,27 @@ fn a_loop_back_from_its_host_pause_ends_a_lighter_clients_lease() {
     assert!(loop_share > 0.70, "the loop got {loop_share:.3}");
     assert!(other > 0.15, "the saturating client got {other:.3}");
 }
+
+/// A lease given back before its end measures its process's demand over the time until the
+/// process asks again (at most the lease): 3 ms of work given back at 6 ms and asked for again
+/// at 9 ms, a loop that keeps the GPU busy a third of the time, teaches a lower demand than the
+/// same lease asked for again at once. Over the lease's own 6 ms, both looked busy half the time.
+#[test]
+fn a_lease_given_back_early_measures_demand_up_to_the_next_ask() {
+    let learnt = |asks_again_at: Nanos| {
+        let mut s = gated(20 * MS);
+        s.set_client(1, shares(0.5, 1.0), 0);
+        s.acquire(1, 10, 0);
+        s.poll(0).unwrap();
+        let before = s.demand(10).unwrap();
+        s.release(10, 3 * MS, 6 * MS);
+        assert_eq!(s.demand(10), Some(before), "learnt once it asks again");
+        s.acquire(1, 10, asks_again_at);
+        s.demand(10).unwrap()
+    };
+    let (at_once, later) = (learnt(6 * MS), learnt(9 * MS));
+    assert!(
+        later < at_once,
+        "asked again at 9 ms: {later}, at once: {at_once}"
+    );
+}
