@@ -840,7 +840,7 @@ mod tests {
             "gated by demand without MPS"
         );
         assert_eq!(c.daemon.queue_ahead, Duration::from_millis(2));
-        assert_eq!(c.daemon.burst_window, Duration::from_millis(500));
+        assert_eq!(c.daemon.burst_window, Duration::from_secs(1));
         assert!(c.daemon.overlap_by_demand);
         let c = Config::parse("[daemon]\nburst_window = \"0s\"\n").unwrap();
         assert_eq!(c.daemon.burst_window, Duration::ZERO, "burst credit off");

@@ -5,7 +5,9 @@
 For each OUTPUT_DIR/seed-N of the run under gpushare, per WINDOW-second window from its start and
 per client:
   demand   what its processes would keep busy alone: the sum over its processes of their solo
-           busy fraction times the fraction of the window they were working
+           busy fraction times the fraction of the window they were working; for a bursty job
+           that writes its bursts, the fraction of the window it spent in bursts (from its first
+           launch to its synchronize: waiting for the GPU counts, its random pauses do not)
   got      what it got, in solo-equivalent GPU time: the sum over its processes of the units they
            finished in the window times their solo GPU seconds per unit, over the window
   used     the daemon's own USED: the GPU time it charged the client in the window
@@ -97,11 +99,14 @@ class Proc:
         self.name = os.path.basename(path)[: -len(".jsonl")]
         self.start = self.end = None
         self.points = []
+        self.bursts = []  # a bursty job's (start, end, slowdown)
         for r in read_jsonl(path):
             if r.get("kind") == "start":
                 self.start = r
             elif r.get("kind") == "progress":
                 self.points.append((r["t"], r["units"]))
+            elif r.get("kind") == "burst":
+                self.bursts.append((r["t0"], r["t1"], r["x"]))
             elif r.get("kind") == "end":
                 self.end = r
         self.spec = (self.start or {}).get("spec")
@@ -115,6 +120,10 @@ class Proc:
         if not self.working:
             return 0.0
         return max(0.0, min(b, self.working[1]) - max(a, self.working[0])) / (b - a)
+
+    def bursting(self, a, b):
+        """The fraction of [a, b] it spent in bursts (a bursty job that wrote them)."""
+        return sum(max(0.0, min(b, t1) - max(a, t0)) for t0, t1, _ in self.bursts) / (b - a)
 
     def rate(self, t0, t1):
         """Units per second over the time it worked within [t0, t1]."""
@@ -211,7 +220,7 @@ def analyze_seed(d, solo, a):
                 if owner.get(n) != c["name"] or spec_of[n] not in solo:
                     continue
                 s = solo[spec_of[n]]
-                demand += s["busy"] * p.alive(wa, wb)
+                demand += p.bursting(wa, wb) if p.bursts else s["busy"] * p.alive(wa, wb)
                 got += p.units(wa, wb) * s["gpu_s_per_unit"] / a.window if p.working else 0.0
             series = used.get(c["name"], [])
             u = None
@@ -274,7 +283,7 @@ def analyze_seed(d, solo, a):
                               "worst": sorted(gaps, key=lambda g: -g["gap"])[:5]}
     out["throughput"] = throughput(d, runs, procs, spec_of, solo)
     out["latency"] = latency(d, scenario, procs, solo)
-    out["bursts"] = bursts(d, scenario, procs, solo, rows)
+    out["bursts"] = bursts(d, scenario, procs, solo, rows, shares)
     out["changes"] = changes
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(out, f, indent=1)
@@ -318,7 +327,12 @@ def latency(d, scenario, procs, solo):
     return out
 
 
-def bursts(d, scenario, procs, solo, rows):
+def pct(xs, q):
+    s = sorted(xs)
+    return round(s[min(len(s) - 1, int(q * len(s)))], 3) if s else None
+
+
+def bursts(d, scenario, procs, solo, rows, shares):
     """Per bursty process its bursts' slowdowns (wall time over the kernels' time alone), p50 and
     p90: solo (bursts back to back), under gpushare, time-sliced; with its client's request and
     mean got, to tell the bursts of a client below its request (which should run as if alone)
@@ -340,6 +354,12 @@ def bursts(d, scenario, procs, solo, rows):
                 if end:
                     row[f"{mode}_bursts"] = end.get("bursts")
                     row[f"{mode}_p50"], row[f"{mode}_p90"] = end.get("burst_x_p50"), end.get("burst_x_p90")
+            if n in procs and procs[n].bursts:  # under gpushare, by the client's request at each burst
+                phases = {}
+                for t0, _, x in procs[n].bursts:
+                    phases.setdefault([r for t, r in shares[c["name"]] if t <= t0][-1], []).append(x)
+                row["by_request"] = [{"request": r, "bursts": len(xs), "p50": pct(xs, 0.5), "p90": pct(xs, 0.9)}
+                                     for r, xs in phases.items()]
             out[n] = row
     return out
 
@@ -402,6 +422,12 @@ def markdown(summaries, scenarios, a):
                 md.append(f"| {n} | {r['client']} | {r['request']:.2f} | {fmt(r['client_got_mean'])} | "
                           f"{fmt(r['solo_p50'], 2)} | {fmt(r.get('gpushare_p50'), 2)} / {fmt(r.get('gpushare_p90'), 2)} | "
                           f"{fmt(r.get('timeslice_p50'), 2)} / {fmt(r.get('timeslice_p90'), 2)} |")
+            for n, r in s["bursts"].items():
+                if r.get("by_request"):
+                    md.append("")
+                    md.append(f"{n} under gpushare by its client's request: " + "; ".join(
+                        f"{p['request']:.2f}: p50 {fmt(p['p50'], 2)}, p90 {fmt(p['p90'], 2)} ({p['bursts']} bursts)"
+                        for p in r["by_request"]))
         if s.get("changes"):
             md += ["", "Share changes: " + "; ".join(
                 f"{c['client']} request {c['request']:.2f} ({'applied' if c.get('applied') else 'NOT applied'})"

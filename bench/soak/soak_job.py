@@ -32,8 +32,9 @@ Workload SPECs (scenario.py draws them):
   mlp            an MNIST-sized MLP (784-512-256-10, batch 64, SGD), loss.item() every 10 steps:
                  launch-bound; unit: a step
   bursty:D       bursts of 50-200 ms of D kernels, synchronized at the end, then a pause of
-                 100-1000 ms (drawn from --seed); unit: a kernel. Its end line gives each whole
-                 burst's slowdown (wall time over its kernels' calibrated time), p50 and p90
+                 100-1000 ms (drawn from --seed); unit: a kernel. Each whole burst writes a line
+                 {"kind": "burst", "t0": .., "t1": .., "x": slowdown} (x: its wall time over its
+                 kernels' calibrated time), and the end line gives their p50 and p90
   infer          a bf16 MLP (4 layers of 1024) forward on batch 1, 2, 4, 8 in turn, synchronized,
                  every 5 ms; unit: a request, whose latency is recorded
 Every process allocates well under 2 GiB of device memory and never managed memory.
@@ -219,10 +220,13 @@ class Bursty(Kernels):
 
     def gpu(self, meter, until):
         n = max(1, round(self.rng.uniform(*BURST_S) / self.kernel_s))
-        u0, t0 = meter.units, time.perf_counter()
+        u0, t0, wall0 = meter.units, time.perf_counter(), time.time()
         self.launch(meter, n, until)
         if meter.units - u0 == n:
-            self.slowdowns.append((time.perf_counter() - t0) / (n * self.kernel_s))
+            x = (time.perf_counter() - t0) / (n * self.kernel_s)
+            self.slowdowns.append(x)
+            if not meter.silent:
+                emit({"kind": "burst", "t0": round(wall0, 4), "t1": round(time.time(), 4), "x": round(x, 4)})
 
     def summary(self):
         s = sorted(self.slowdowns)

@@ -2,29 +2,34 @@
 //!
 //! A client's request is a rate of GPU time it may claim. A token bucket keeps what it did not
 //! claim: it fills at `request` nanoseconds per nanosecond (times its fair-share factor), up to
-//! the request times the *window* (`daemon.burst_window`, [`WINDOW`] by default), and every
-//! lease the client is charged empties it by that lease (never below zero: time taken beyond
-//! the request, from others' idle share, is no debt). A client whose bucket holds at least half
-//! of it (and at least one quantum) has been below its request over the last half window or
-//! more: it is *owed*, and when it asks, it goes ahead of the clients
-//! that are not owed, ending their running leases if it cannot start beside them
-//! ([`super::Scheduler::poll`]). So a job that computes in bursts and pauses, on average below
-//! its request, gets each burst as if alone (up to the bucket), instead of waiting in line
-//! behind saturating clients; and a client whose share others took while it was away gets it
-//! back at once, not after a lease of each.
+//! the smaller of the request and its complement (`1 - request`) times the *window*
+//! (`daemon.burst_window`, [`WINDOW`] by default), and every lease the client is charged
+//! empties it by that lease (never below zero: time taken beyond the request, from others'
+//! idle share, is no debt). A client whose bucket holds at least half of it (and at least two
+//! quanta) has been below its request over the last half window or more: it is *owed*, and
+//! when it asks, it goes ahead of the clients that are not owed, ending their running leases if
+//! it cannot start beside them ([`super::Scheduler::poll`]). So a job that computes in bursts
+//! and pauses, on average below its request, gets each burst as if alone (up to the bucket),
+//! instead of waiting in line behind saturating clients; and a client whose share others took
+//! while it was away gets it back at once, not after a lease of each.
 //!
-//! Clients at or above their requests never fill half a bucket: saturating clients sharing the
-//! GPU by request keep their turns as before. Bounds: an owed client runs ahead of the others
-//! until it has used half its bucket beyond its request (a burst of `request * window / 2 / (1 -
-//! request)` as if alone); a client kept below its request by one that is owed becomes owed
-//! itself within half a window, or once its bucket holds a quantum where half of it holds less
-//! (a request under `quantum / window` never is). A window of 0 turns burst credit off.
+//! Clients at or above their requests never fill half a bucket (two quanta: a lease's worth of
+//! jitter in when their turns come): saturating clients sharing the GPU by request keep their
+//! turns as before. Bounds: an owed client runs ahead of the others until it has used half its
+//! bucket beyond its request, a burst of `min(request, 1 - request) * window / 2 / (1 -
+//! request)` as if alone: at most half a window whatever the request (a client of request 0.9
+//! back from a pause runs alone half a second, not four and a half), and for requests up to
+//! 0.5, `request * window / 2 / (1 - request)` (111 ms at 0.3 with the default window). A
+//! client kept below its request by one that is owed becomes owed itself within half a window,
+//! or once its bucket holds two quanta where half of it holds less (a bucket under two quanta,
+//! a request under `2 * quantum / window`, never is). A window of 0 turns burst credit off.
 
 use super::Nanos;
 
 /// How long a client's unused request is kept by default: its bucket holds `request * WINDOW`
-/// at most.
-pub const WINDOW: Nanos = 500_000_000;
+/// at most. A second covers, at request 0.3, the soak's bursts of up to 200 ms while they
+/// average below it; half a second left bursts over about 100 ms waiting in line.
+pub const WINDOW: Nanos = 1_000_000_000;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Guarantee {
@@ -42,9 +47,11 @@ impl Guarantee {
         }
     }
 
-    /// The bucket's size for a client guaranteed `rate`, kept over `window`.
+    /// The bucket's size for a client guaranteed `rate`, kept over `window`: `rate * window`,
+    /// but no more than `(1 - rate) * window`, which a client running alone at that rate's
+    /// expense of the others drains in a window.
     pub fn size(rate: f64, window: Nanos) -> f64 {
-        rate.max(0.0) * window as f64
+        rate.min(1.0 - rate).max(0.0) * window as f64
     }
 
     /// The credit at `now` of a client guaranteed `rate`.
@@ -74,11 +81,13 @@ impl Guarantee {
         self.credit = self.credit.min(Self::size(rate, window));
     }
 
-    /// Whether the client is owed at `now`: half its bucket or more unused, and at least one
-    /// `quantum` (a bucket smaller than a lease never is; nor is any with a `window` of 0).
+    /// Whether the client is owed at `now`: half its bucket or more unused, and at least two
+    /// `quantum`s (a bucket smaller than two leases never is; nor is any with a `window` of 0).
+    /// A client served by its request in turns of one lease fills up to a lease between its
+    /// turns, and one more where its turn comes a lease late.
     pub fn owed(&self, rate: f64, window: Nanos, quantum: Nanos, now: Nanos) -> bool {
         let size = Self::size(rate, window);
-        let needed = (size / 2.0).max(quantum.max(1) as f64);
+        let needed = (size / 2.0).max(2.0 * quantum.max(1) as f64);
         needed <= size && self.credit(rate, window, now) >= needed
     }
 }
@@ -103,14 +112,32 @@ mod tests {
     }
 
     #[test]
-    fn owed_from_half_a_bucket_and_never_for_a_bucket_below_a_quantum() {
+    fn owed_from_half_a_bucket_and_never_for_a_bucket_below_two_quanta() {
         let g = Guarantee::new(0);
         assert!(!g.owed(0.3, W, 20 * MS, 400 * MS), "120 ms of 300");
         assert!(g.owed(0.3, W, 20 * MS, 500 * MS), "150 ms of 300");
-        assert!(!g.owed(0.01, W, 20 * MS, 10_000 * MS), "a bucket of 10 ms");
+        assert!(!g.owed(0.03, W, 20 * MS, 10_000 * MS), "a bucket of 30 ms");
         assert!(!g.owed(0.0, W, 20 * MS, 10_000 * MS), "no request");
-        assert!(g.owed(0.02, W, 20 * MS, W), "a full bucket of one lease");
+        assert!(
+            !g.owed(0.04, W, 20 * MS, 900 * MS),
+            "36 ms in a bucket of two leases"
+        );
+        assert!(
+            g.owed(0.04, W, 20 * MS, 2 * W),
+            "a full bucket of two leases"
+        );
         assert!(!g.owed(0.5, 0, 20 * MS, 10_000 * MS), "no window");
+    }
+
+    #[test]
+    fn a_large_request_keeps_no_more_than_its_complement() {
+        let g = Guarantee::new(0);
+        let size = |rate| Guarantee::size(rate, W) / MS as f64;
+        assert!((size(0.3) - 300.0).abs() < 1e-6);
+        assert!((size(0.5) - 500.0).abs() < 1e-6);
+        assert!((size(0.9) - 100.0).abs() < 1e-6, "{}", size(0.9));
+        assert_eq!(size(1.0), 0.0, "a client of the whole GPU is never owed");
+        assert!((g.credit(0.9, W, 10_000 * MS) - 100.0 * MS as f64).abs() < 1.0);
     }
 
     #[test]

@@ -197,10 +197,12 @@ impl Client {
         self.credit = self.credit_now(now, burst, pending);
         self.credit_at = now.max(self.credit_at);
     }
-    fn charge(&mut self, ns: Nanos, window: Nanos, now: Nanos) {
+    /// Charges `ns` of GPU time at `now` to its share, and `held` (at least `ns`) of token time
+    /// to its limit.
+    fn charge(&mut self, ns: Nanos, held: Nanos, window: Nanos, now: Nanos) {
         self.guarantee.charge(self.guaranteed(), window, ns, now);
         self.vtime += ns as f64 / self.weight();
-        self.credit -= ns as f64;
+        self.credit -= held.max(ns) as f64;
         self.charged_total += ns;
         self.recent.push_back((now, ns));
     }
@@ -217,6 +219,8 @@ struct Lease {
     length: Nanos,
     /// GPU time owed so far: wall time, divided among the leases that ran at the same moment.
     owed: f64,
+    /// The part of `owed` during which another client's process waited for the token.
+    contended: f64,
     /// Ended early, for an interactive client or a probe first in line: no extension, the token
     /// goes back at the holder's next launch.
     revoked: bool,
@@ -341,11 +345,21 @@ impl Scheduler {
 
     /// Brings each running lease's `owed` up to `now`: the time since the last change, divided by
     /// the number of leases that ran in it.
+    /// So is `contended`, for the leases of clients other than one whose process waits.
     fn settle(&mut self, now: Nanos) {
         let dt = now.saturating_sub(self.owed_at) as f64;
         let n = self.holders.len().max(1) as f64;
+        let mut waiting = self
+            .clients
+            .iter()
+            .filter(|(_, c)| !c.waiting.is_empty())
+            .map(|(id, _)| *id);
+        let (first, second) = (waiting.next(), waiting.next());
         for h in &mut self.holders {
             h.owed += dt / n;
+            if first.is_some_and(|w| w != h.client) || second.is_some() {
+                h.contended += dt / n;
+            }
         }
         self.owed_at = now.max(self.owed_at);
     }
@@ -543,6 +557,8 @@ impl Scheduler {
 
     /// `session` of `client` asks for the token.
     pub fn acquire(&mut self, client: ClientId, session: SessionId, now: Nanos) {
+        // the running leases were uncontended until now, or contended by others than `client`
+        self.settle(now);
         let was_active = match self.clients.get(&client) {
             Some(c) => self.is_active(client, c),
             None => return,
@@ -599,7 +615,8 @@ impl Scheduler {
     fn end_lease(&mut self, h: Lease, busy_ns: Nanos, now: Nanos) {
         let wall = now.saturating_sub(h.start);
         let busy = busy_ns.min(wall);
-        let mut owed = h.owed.round() as Nanos;
+        let mut held = h.owed.round() as Nanos;
+        let mut owed = held;
         let window = self.burst_window;
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
@@ -609,9 +626,19 @@ impl Scheduler {
                 // place its class gives it. It is charged the time its work was on the GPU
                 // (never more than its wall time's part), as its process reports it.
                 owed = owed.min(busy);
+                held = owed;
+            } else {
+                // A batch lease is charged its wall time while others waited for it, and the
+                // time its work was on the GPU while nobody did: a batch-class inference
+                // process holding its lease through the gaps between requests, the GPU
+                // otherwise idle, was charged 0.54 of the GPU where it used 0.06, and lost its
+                // place in line to that debt once others came. Its limit is still charged
+                // the whole time it held the token (what its process says of its busy time
+                // moves no limit).
+                owed = owed.min(busy.max(h.contended.round() as Nanos));
             }
             c.gpu_total += busy;
-            c.charge(owed, window, now);
+            c.charge(owed, held, window, now);
             tracing::debug!(
                 client = h.client,
                 session = h.session,
@@ -707,7 +734,7 @@ impl Scheduler {
         let h = &mut self.holders[i];
         let c = self.clients.get_mut(&h.client)?;
         let owed = h.owed.round() as Nanos;
-        c.charge(owed, window, now);
+        c.charge(owed, owed, window, now);
         let book = self.books.entry(session).or_default();
         book.charge(owed);
         c.refill(now, burst, others);
@@ -735,6 +762,7 @@ impl Scheduler {
             end: now + quantum,
             length: quantum,
             owed: 0.0,
+            contended: 0.0,
             revoked: false,
             alone,
             probe: false,
@@ -789,7 +817,9 @@ impl Scheduler {
 
     /// A session closed: it stops waiting and loses the token if it had it.
     pub fn session_gone(&mut self, session: SessionId, now: Nanos) {
-        self.release(session, 0, now);
+        self.settle(now);
+        // what its last lease kept busy is unknown: it is charged as held
+        self.release(session, Nanos::MAX, now);
         self.demand.remove(session);
         self.early.remove(&session);
         self.woken.remove(&session);
@@ -1159,6 +1189,7 @@ impl Scheduler {
             end: now + lease_ns,
             length: lease_ns,
             owed: 0.0,
+            contended: 0.0,
             revoked: false,
             alone,
             probe,

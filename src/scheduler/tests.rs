@@ -393,7 +393,7 @@ fn a_drain_longer_than_the_grace_earns_the_process_a_longer_one() {
     assert_eq!(s.poll(70 * MS).unwrap().session, 20);
     s.release(10, 100 * MS, 100 * MS);
     s.acquire(1, 10, 100 * MS);
-    s.release(20, 20 * MS, 110 * MS);
+    s.release(20, 40 * MS, 110 * MS);
     s.acquire(2, 20, 110 * MS);
     assert_eq!(s.poll(110 * MS).unwrap().session, 10);
     // the drain took 80 ms past the end (20 ms): a grace of 100 ms
@@ -421,7 +421,8 @@ fn run_slots(
     sessions: &[(ClientId, SessionId)],
     span: Nanos,
 ) -> (BTreeMap<ClientId, f64>, usize) {
-    let mut leases: Vec<(ClientId, SessionId, Nanos)> = vec![];
+    // (client, session, start, end); each keeps the GPU busy all its lease
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
     let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
     let mut most = 0;
     for &(c, sid) in sessions {
@@ -429,9 +430,9 @@ fn run_slots(
     }
     let mut t = 0;
     while t < span {
-        leases.retain(|&(c, sid, end)| {
+        leases.retain(|&(c, sid, start, end)| {
             if end <= t {
-                s.release(sid, 0, t);
+                s.release(sid, t - start, t);
                 s.acquire(c, sid, t);
                 false
             } else {
@@ -439,7 +440,7 @@ fn run_slots(
             }
         });
         while let Some(g) = s.poll(t) {
-            leases.push((g.client, g.session, t + g.lease_ns));
+            leases.push((g.client, g.session, t, t + g.lease_ns));
             *held.entry(g.client).or_default() += g.lease_ns;
         }
         most = most.max(leases.len());
@@ -529,6 +530,56 @@ fn extending_does_not_pass_a_limit() {
     );
 }
 
+/// A batch lease is charged its wall time while another client's process waited for it, and
+/// only its work's busy time while nobody did; its limit is charged the whole time it held the
+/// token whatever its process says it kept busy.
+#[test]
+fn an_uncontended_lease_is_charged_what_it_used_and_a_contended_one_what_it_held() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    s.release(10, 2 * MS, 20 * MS);
+    assert_eq!(
+        s.usage(1, 20 * MS).unwrap().charged_total,
+        2 * MS,
+        "nobody waited"
+    );
+    s.acquire(1, 10, 20 * MS);
+    assert_eq!(s.poll(20 * MS).unwrap().session, 10);
+    s.acquire(2, 20, 25 * MS);
+    s.release(10, 2 * MS, 40 * MS);
+    assert_eq!(
+        s.usage(1, 40 * MS).unwrap().charged_total,
+        (2 + 15) * MS,
+        "client 2 waited its last 15 ms"
+    );
+    // alone, an idle process of limit 0.3 holds the token no more than 0.3 of the time
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.1, 0.3), 0);
+    let mut held = 0;
+    let mut t = 0;
+    s.acquire(1, 10, 0);
+    while t < 10 * S {
+        if let Some(g) = s.poll(t) {
+            held += g.lease_ns;
+            t += g.lease_ns;
+            s.release(10, MS, t);
+            s.acquire(1, 10, t);
+        } else {
+            t = s.next_wakeup(t).unwrap().max(t + 1);
+        }
+    }
+    assert_near(held as f64 / (10 * S) as f64, 0.3, 0.01, "held");
+    assert_near(
+        s.usage(1, t).unwrap().charged_total as f64 / (10 * S) as f64,
+        0.3 / 20.0,
+        0.002,
+        "charged its busy time",
+    );
+}
+
 #[test]
 fn gone_session_frees_the_token_and_its_place_in_line() {
     let mut s = Scheduler::new(20 * MS, 0);
@@ -559,7 +610,7 @@ fn waiting_for_a_grant_is_measured_per_process_and_client() {
     assert_eq!(s.usage(2, 15 * MS).unwrap().waited_total, 10 * MS + 7 * MS);
     // asking again while in line changes nothing
     s.acquire(2, 20, 16 * MS);
-    s.release(10, 0, 20 * MS);
+    s.release(10, 20 * MS, 20 * MS);
     assert_eq!(s.poll(20 * MS).unwrap().session, 20);
     let u = s.session_usage(20, 30 * MS);
     assert_eq!((u.waited, u.grants, u.charged), (15 * MS, 1, 0));
@@ -571,7 +622,7 @@ fn waiting_for_a_grant_is_measured_per_process_and_client() {
     assert_eq!(s.take_session_usage(21, 40 * MS), SessionUsage::default());
     assert_eq!(s.usage(2, 40 * MS).unwrap().waited_total, 15 * MS + 17 * MS);
     // a charge reaches the holder's books at release
-    s.release(20, 0, 32 * MS);
+    s.release(20, 12 * MS, 32 * MS);
     assert_eq!(s.session_usage(20, 40 * MS).charged, 12 * MS);
     assert_eq!(s.usage(1, 40 * MS).unwrap().waited_total, 0);
 }
