@@ -198,11 +198,15 @@ impl Client {
         self.credit_at = now.max(self.credit_at);
     }
     /// Charges `ns` of GPU time at `now` to its share, and `held` (at least `ns`) of token time
-    /// to its limit.
+    /// to its limit and its burst credit: a client that held the token had what its request
+    /// guarantees, whether it used it or not (a batch-class inference process holding its
+    /// lease through the gaps between its requests, owed for them, started beside a bursty
+    /// client's leases and slowed its bursts by half on the GPU).
     fn charge(&mut self, ns: Nanos, held: Nanos, window: Nanos, now: Nanos) {
-        self.guarantee.charge(self.guaranteed(), window, ns, now);
+        let held = held.max(ns);
+        self.guarantee.charge(self.guaranteed(), window, held, now);
         self.vtime += ns as f64 / self.weight();
-        self.credit -= held.max(ns) as f64;
+        self.credit -= held as f64;
         self.charged_total += ns;
         self.recent.push_back((now, ns));
     }
