@@ -89,7 +89,7 @@ fn a_scrape_reports_usage_per_client_and_user() {
     std::thread::sleep(Duration::from_millis(300));
     p.send(&Request::Release {
         device: GPU0,
-        busy_ns: 0,
+        busy_ns: u64::MAX,
         launches: 0,
     });
 
@@ -322,7 +322,7 @@ fn hold_turns(
         std::thread::sleep(Duration::from_millis(100));
         p.send(&Request::Release {
             device,
-            busy_ns: 0,
+            busy_ns: u64::MAX,
             launches: 0,
         });
     }

@@ -110,7 +110,7 @@ fn usage_is_kept_across_restarts_by_user_and_client() {
     std::thread::sleep(Duration::from_millis(400));
     p.send(&Request::Release {
         device: GPU0,
-        busy_ns: 0,
+        busy_ns: u64::MAX,
         launches: 0,
     });
     // a usage query samples the daemon: from here on the memory held counts

@@ -600,8 +600,9 @@ impl Scheduler {
     }
 
     /// `session` gives the token back; its work kept the GPU busy for `busy_ns` of the lease (as
-    /// its process says: it only feeds the demand estimate, clamped to the lease's wall time).
-    /// The lease is charged its wall time. A release after the token was taken back charges
+    /// its process says, clamped to the lease's wall time): it feeds the demand estimate, and a
+    /// batch lease is charged it for the time nobody else waited, its wall time for the rest
+    /// ([`Scheduler::end_lease`]). A release after the token was taken back charges
     /// nothing (that lease was charged to its end and grace already); its process's drain took
     /// that long ([`drains`]).
     pub fn release(&mut self, session: SessionId, busy_ns: Nanos, now: Nanos) {

@@ -105,7 +105,7 @@ print('ok', flush=True)
         .arg(hex(Request::Acquire { device: GPU0 }))
         .arg(hex(Request::Release {
             device: GPU0,
-            busy_ns: 0,
+            busy_ns: u64::MAX,
             launches: 0,
         }))
         .arg(leases.to_string())
