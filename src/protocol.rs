@@ -138,9 +138,7 @@ pub enum Request {
     Acquire { device: DeviceId },
     /// Give the token of `device` back. `busy_ns` is the time the hook saw work of this lease
     /// pending on the GPU; the daemon uses it (clamped to the lease's wall time) to estimate how
-    /// much of the GPU the client needs, and charges it to the client's share for the part of
-    /// the lease nobody else waited (never to its limit, nor for time others waited: a process
-    /// that under-reports gains nothing against them). `launches` is the number of kernels
+    /// much of the GPU the client needs, never to charge it. `launches` is the number of kernels
     /// the process launched since its last `Release`, `Renew` or `Extend`: its progress, by which
     /// the scheduler chooses whether leases run together or take turns. No reply.
     Release {

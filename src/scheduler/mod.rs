@@ -197,16 +197,10 @@ impl Client {
         self.credit = self.credit_now(now, burst, pending);
         self.credit_at = now.max(self.credit_at);
     }
-    /// Charges `ns` of GPU time at `now` to its share, and `held` (at least `ns`) of token time
-    /// to its limit and its burst credit: a client that held the token had what its request
-    /// guarantees, whether it used it or not (a batch-class inference process holding its
-    /// lease through the gaps between its requests, owed for them, started beside a bursty
-    /// client's leases and slowed its bursts by half on the GPU).
-    fn charge(&mut self, ns: Nanos, held: Nanos, window: Nanos, now: Nanos) {
-        let held = held.max(ns);
-        self.guarantee.charge(self.guaranteed(), window, held, now);
+    fn charge(&mut self, ns: Nanos, window: Nanos, now: Nanos) {
+        self.guarantee.charge(self.guaranteed(), window, ns, now);
         self.vtime += ns as f64 / self.weight();
-        self.credit -= held as f64;
+        self.credit -= ns as f64;
         self.charged_total += ns;
         self.recent.push_back((now, ns));
     }
@@ -223,8 +217,6 @@ struct Lease {
     length: Nanos,
     /// GPU time owed so far: wall time, divided among the leases that ran at the same moment.
     owed: f64,
-    /// The part of `owed` during which another client's process waited for the token.
-    contended: f64,
     /// Ended early, for an interactive client or a probe first in line: no extension, the token
     /// goes back at the holder's next launch.
     revoked: bool,
@@ -349,21 +341,11 @@ impl Scheduler {
 
     /// Brings each running lease's `owed` up to `now`: the time since the last change, divided by
     /// the number of leases that ran in it.
-    /// So is `contended`, for the leases of clients other than one whose process waits.
     fn settle(&mut self, now: Nanos) {
         let dt = now.saturating_sub(self.owed_at) as f64;
         let n = self.holders.len().max(1) as f64;
-        let mut waiting = self
-            .clients
-            .iter()
-            .filter(|(_, c)| !c.waiting.is_empty())
-            .map(|(id, _)| *id);
-        let (first, second) = (waiting.next(), waiting.next());
         for h in &mut self.holders {
             h.owed += dt / n;
-            if first.is_some_and(|w| w != h.client) || second.is_some() {
-                h.contended += dt / n;
-            }
         }
         self.owed_at = now.max(self.owed_at);
     }
@@ -561,8 +543,6 @@ impl Scheduler {
 
     /// `session` of `client` asks for the token.
     pub fn acquire(&mut self, client: ClientId, session: SessionId, now: Nanos) {
-        // the running leases were uncontended until now, or contended by others than `client`
-        self.settle(now);
         let was_active = match self.clients.get(&client) {
             Some(c) => self.is_active(client, c),
             None => return,
@@ -600,9 +580,8 @@ impl Scheduler {
     }
 
     /// `session` gives the token back; its work kept the GPU busy for `busy_ns` of the lease (as
-    /// its process says, clamped to the lease's wall time): it feeds the demand estimate, and a
-    /// batch lease is charged it for the time nobody else waited, its wall time for the rest
-    /// ([`Scheduler::end_lease`]). A release after the token was taken back charges
+    /// its process says: it only feeds the demand estimate, clamped to the lease's wall time).
+    /// The lease is charged its wall time. A release after the token was taken back charges
     /// nothing (that lease was charged to its end and grace already); its process's drain took
     /// that long ([`drains`]).
     pub fn release(&mut self, session: SessionId, busy_ns: Nanos, now: Nanos) {
@@ -620,8 +599,7 @@ impl Scheduler {
     fn end_lease(&mut self, h: Lease, busy_ns: Nanos, now: Nanos) {
         let wall = now.saturating_sub(h.start);
         let busy = busy_ns.min(wall);
-        let mut held = h.owed.round() as Nanos;
-        let mut owed = held;
+        let mut owed = h.owed.round() as Nanos;
         let window = self.burst_window;
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
@@ -631,19 +609,9 @@ impl Scheduler {
                 // place its class gives it. It is charged the time its work was on the GPU
                 // (never more than its wall time's part), as its process reports it.
                 owed = owed.min(busy);
-                held = owed;
-            } else {
-                // A batch lease is charged its wall time while others waited for it, and the
-                // time its work was on the GPU while nobody did: a batch-class inference
-                // process holding its lease through the gaps between requests, the GPU
-                // otherwise idle, was charged 0.54 of the GPU where it used 0.06, and lost its
-                // place in line to that debt once others came. Its limit is still charged
-                // the whole time it held the token (what its process says of its busy time
-                // moves no limit).
-                owed = owed.min(busy.max(h.contended.round() as Nanos));
             }
             c.gpu_total += busy;
-            c.charge(owed, held, window, now);
+            c.charge(owed, window, now);
             tracing::debug!(
                 client = h.client,
                 session = h.session,
@@ -739,7 +707,7 @@ impl Scheduler {
         let h = &mut self.holders[i];
         let c = self.clients.get_mut(&h.client)?;
         let owed = h.owed.round() as Nanos;
-        c.charge(owed, owed, window, now);
+        c.charge(owed, window, now);
         let book = self.books.entry(session).or_default();
         book.charge(owed);
         c.refill(now, burst, others);
@@ -767,7 +735,6 @@ impl Scheduler {
             end: now + quantum,
             length: quantum,
             owed: 0.0,
-            contended: 0.0,
             revoked: false,
             alone,
             probe: false,
@@ -822,9 +789,7 @@ impl Scheduler {
 
     /// A session closed: it stops waiting and loses the token if it had it.
     pub fn session_gone(&mut self, session: SessionId, now: Nanos) {
-        self.settle(now);
-        // what its last lease kept busy is unknown: it is charged as held
-        self.release(session, Nanos::MAX, now);
+        self.release(session, 0, now);
         self.demand.remove(session);
         self.early.remove(&session);
         self.woken.remove(&session);
@@ -1194,7 +1159,6 @@ impl Scheduler {
             end: now + lease_ns,
             length: lease_ns,
             owed: 0.0,
-            contended: 0.0,
             revoked: false,
             alone,
             probe,

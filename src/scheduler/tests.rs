@@ -530,56 +530,6 @@ fn extending_does_not_pass_a_limit() {
     );
 }
 
-/// A batch lease is charged its wall time while another client's process waited for it, and
-/// only its work's busy time while nobody did; its limit is charged the whole time it held the
-/// token whatever its process says it kept busy.
-#[test]
-fn an_uncontended_lease_is_charged_what_it_used_and_a_contended_one_what_it_held() {
-    let mut s = Scheduler::new(20 * MS, 0);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
-    s.acquire(1, 10, 0);
-    assert_eq!(s.poll(0).unwrap().session, 10);
-    s.release(10, 2 * MS, 20 * MS);
-    assert_eq!(
-        s.usage(1, 20 * MS).unwrap().charged_total,
-        2 * MS,
-        "nobody waited"
-    );
-    s.acquire(1, 10, 20 * MS);
-    assert_eq!(s.poll(20 * MS).unwrap().session, 10);
-    s.acquire(2, 20, 25 * MS);
-    s.release(10, 2 * MS, 40 * MS);
-    assert_eq!(
-        s.usage(1, 40 * MS).unwrap().charged_total,
-        (2 + 15) * MS,
-        "client 2 waited its last 15 ms"
-    );
-    // alone, an idle process of limit 0.3 holds the token no more than 0.3 of the time
-    let mut s = Scheduler::new(20 * MS, 0);
-    s.set_client(1, shares(0.1, 0.3), 0);
-    let mut held = 0;
-    let mut t = 0;
-    s.acquire(1, 10, 0);
-    while t < 10 * S {
-        if let Some(g) = s.poll(t) {
-            held += g.lease_ns;
-            t += g.lease_ns;
-            s.release(10, MS, t);
-            s.acquire(1, 10, t);
-        } else {
-            t = s.next_wakeup(t).unwrap().max(t + 1);
-        }
-    }
-    assert_near(held as f64 / (10 * S) as f64, 0.3, 0.01, "held");
-    assert_near(
-        s.usage(1, t).unwrap().charged_total as f64 / (10 * S) as f64,
-        0.3 / 20.0,
-        0.002,
-        "charged its busy time",
-    );
-}
-
 #[test]
 fn gone_session_frees_the_token_and_its_place_in_line() {
     let mut s = Scheduler::new(20 * MS, 0);
