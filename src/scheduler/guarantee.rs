@@ -19,15 +19,15 @@
 //! bucket beyond its request, a burst of `min(request, 1 - request) * window / 2 / (1 -
 //! request)` as if alone: at most half a window whatever the request (a client of request 0.9
 //! back from a pause runs alone half a second, not four and a half), and for requests up to
-//! 0.5, `request * window / 2 / (1 - request)` (111 ms at 0.3 with the default window). A
+//! 0.5, `request * window / 2 / (1 - request)` (214 ms at 0.3 with the default window). A
 //! client kept below its request by one that is owed becomes owed itself within half a window,
 //! or once its bucket holds two quanta where half of it holds less (a bucket under two quanta,
 //! a request under `2 * quantum / window`, never is). A window of 0 turns burst credit off.
 
 use super::Nanos;
 
-/// How long a client's unused request is kept by default: its bucket holds `request * WINDOW`
-/// at most. A second covers, at request 0.3, the soak's bursts of up to 200 ms while they
+/// How long a client's unused request is kept by default: its bucket holds
+/// `min(request, 1 - request) * WINDOW` at most. A second covers, at request 0.3, the soak's bursts of up to 200 ms while they
 /// average below it; half a second left bursts over about 100 ms waiting in line.
 pub const WINDOW: Nanos = 1_000_000_000;
 

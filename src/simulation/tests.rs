@@ -258,11 +258,7 @@ fn bursts_below_request(sc: &Scenario) -> Vec<(u64, usize, f64, f64, f64)> {
     let mut found = vec![];
     let mut p = 0;
     for (i, c) in sc.clients.iter().enumerate() {
-        let busy = |w: &Workload| {
-            let work = (w.kernels as Nanos * w.kernel_ns) as f64;
-            work / (work + w.host_ns as f64)
-        };
-        let use_: f64 = c.processes.iter().map(busy).sum();
+        let use_: f64 = c.processes.iter().map(solo_busy).sum();
         let changed = sc.changes.iter().any(|ch| ch.client == i);
         for w in &c.processes {
             if w.host_ns >= 100_000_000
