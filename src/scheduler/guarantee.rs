@@ -5,24 +5,28 @@
 //! the smaller of the request and its complement (`1 - request`) times the *window*
 //! (`daemon.burst_window`, [`WINDOW`] by default), and every lease the client is charged
 //! empties it by that lease (never below zero: time taken beyond the request, from others'
-//! idle share, is no debt). A client whose bucket holds at least half of it (and at least two
-//! quanta) has been below its request over the last half window or more: it is *owed*, and
-//! when it asks, it goes ahead of the clients that are not owed, ending their running leases if
-//! it cannot start beside them ([`super::Scheduler::poll`]). So a job that computes in bursts
-//! and pauses, on average below its request, gets each burst as if alone (up to the bucket),
-//! instead of waiting in line behind saturating clients; and a client whose share others took
-//! while it was away gets it back at once, not after a lease of each.
+//! idle share, is no debt). A client whose bucket holds at least half of `request * window`
+//! (and at least two quanta) has been below its request over the last half window or more: it
+//! is *owed*, and when it asks, it goes ahead of the clients that are not owed, ending their
+//! running leases if it cannot start beside them ([`super::Scheduler::poll`]). So a job that
+//! computes in bursts and pauses, on average below its request, gets each burst as if alone (up
+//! to the bucket), instead of waiting in line behind saturating clients; and a client whose
+//! share others took while it was away gets it back at once, not after a lease of each.
 //!
-//! Clients at or above their requests never fill half a bucket (two quanta: a lease's worth of
+//! Clients at or above their requests never fill that half (two quanta: a lease's worth of
 //! jitter in when their turns come): saturating clients sharing the GPU by request keep their
-//! turns as before. Bounds: an owed client runs ahead of the others until it has used half its
-//! bucket beyond its request, a burst of `min(request, 1 - request) * window / 2 / (1 -
-//! request)` as if alone: at most half a window whatever the request (a client of request 0.9
-//! back from a pause runs alone half a second, not four and a half), and for requests up to
-//! 0.5, `request * window / 2 / (1 - request)` (214 ms at 0.3 with the default window). A
-//! client kept below its request by one that is owed becomes owed itself within half a window,
-//! or once its bucket holds two quanta where half of it holds less (a bucket under two quanta,
-//! a request under `2 * quantum / window`, never is). A window of 0 turns burst credit off.
+//! turns as before. A client of request over 2/3, whose capped bucket never holds half of
+//! `request * window`, is never owed: while it runs at its request it fills by its request times
+//! the others' leases, and with a capped threshold that jitter alone would make it owed (a
+//! client of 0.75 took 0.78 beside one of 0.25). It needs no credit to get its share back: the
+//! virtual clock serves it first after a pause. Bounds: an owed client runs ahead of the others
+//! until it has used its bucket down to that half, a burst of `(min(request, 1 - request) -
+//! request / 2) * window / (1 - request)` as if alone: at most half a window whatever the
+//! request (at 0.5), `request * window / 2 / (1 - request)` for requests up to 0.5 (214 ms at
+//! 0.3 with the default window) and a quarter window at 0.6. A client kept below its request by
+//! one that is owed becomes owed itself within half a window, or once its bucket holds two
+//! quanta where half of it holds less (a bucket under two quanta, a request under `2 * quantum
+//! / window`, never is). A window of 0 turns burst credit off.
 
 use super::Nanos;
 
@@ -81,14 +85,16 @@ impl Guarantee {
         self.credit = self.credit.min(Self::size(rate, window));
     }
 
-    /// Whether the client is owed at `now`: half its bucket or more unused, and at least two
-    /// `quantum`s (a bucket smaller than two leases never is; nor is any with a `window` of 0).
-    /// A client served by its request in turns of one lease fills up to a lease between its
-    /// turns, and one more where its turn comes a lease late.
+    /// Whether the client is owed at `now`: half of `rate * window` or more unused (half its
+    /// bucket up to a request of 0.5; a bucket capped below that, over a request of 2/3, never
+    /// is), and at least two `quantum`s (a bucket smaller than two leases never is; nor is any
+    /// with a `window` of 0). A client served by its request in turns of one lease fills up to a
+    /// lease between its turns, and one more where its turn comes a lease late; one of a large
+    /// request fills by more (`rate` times the others' leases), and the uncapped half keeps that
+    /// jitter from making it owed.
     pub fn owed(&self, rate: f64, window: Nanos, quantum: Nanos, now: Nanos) -> bool {
-        let size = Self::size(rate, window);
-        let needed = (size / 2.0).max(2.0 * quantum.max(1) as f64);
-        needed <= size && self.credit(rate, window, now) >= needed
+        let needed = (rate.max(0.0) * window as f64 / 2.0).max(2.0 * quantum.max(1) as f64);
+        needed <= Self::size(rate, window) && self.credit(rate, window, now) >= needed
     }
 }
 
@@ -127,6 +133,16 @@ mod tests {
             "a full bucket of two leases"
         );
         assert!(!g.owed(0.5, 0, 20 * MS, 10_000 * MS), "no window");
+    }
+
+    #[test]
+    fn owed_from_half_the_uncapped_bucket_so_never_over_two_thirds() {
+        let g = Guarantee::new(0);
+        assert!(!g.owed(0.6, W, 20 * MS, 400 * MS), "240 ms of a 400 ms bucket");
+        assert!(g.owed(0.6, W, 20 * MS, 500 * MS), "300 ms, half of 600");
+        assert!(g.owed(0.66, W, 20 * MS, 10_000 * MS), "a full 340 ms bucket, half of 660");
+        assert!(!g.owed(0.75, W, 20 * MS, 10_000 * MS), "a full 250 ms bucket of 0.75");
+        assert!(!g.owed(0.9, W, 20 * MS, 10_000 * MS), "a full 100 ms bucket of 0.9");
     }
 
     #[test]
