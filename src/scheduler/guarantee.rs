@@ -138,11 +138,23 @@ mod tests {
     #[test]
     fn owed_from_half_the_uncapped_bucket_so_never_over_two_thirds() {
         let g = Guarantee::new(0);
-        assert!(!g.owed(0.6, W, 20 * MS, 400 * MS), "240 ms of a 400 ms bucket");
+        assert!(
+            !g.owed(0.6, W, 20 * MS, 400 * MS),
+            "240 ms of a 400 ms bucket"
+        );
         assert!(g.owed(0.6, W, 20 * MS, 500 * MS), "300 ms, half of 600");
-        assert!(g.owed(0.66, W, 20 * MS, 10_000 * MS), "a full 340 ms bucket, half of 660");
-        assert!(!g.owed(0.75, W, 20 * MS, 10_000 * MS), "a full 250 ms bucket of 0.75");
-        assert!(!g.owed(0.9, W, 20 * MS, 10_000 * MS), "a full 100 ms bucket of 0.9");
+        assert!(
+            g.owed(0.66, W, 20 * MS, 10_000 * MS),
+            "a full 340 ms bucket, half of 660"
+        );
+        assert!(
+            !g.owed(0.75, W, 20 * MS, 10_000 * MS),
+            "a full 250 ms bucket of 0.75"
+        );
+        assert!(
+            !g.owed(0.9, W, 20 * MS, 10_000 * MS),
+            "a full 100 ms bucket of 0.9"
+        );
     }
 
     #[test]

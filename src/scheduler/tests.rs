@@ -2532,3 +2532,95 @@ fn a_lease_given_back_early_measures_demand_up_to_the_next_ask() {
         "asked again at 9 ms: {later}, at once: {at_once}"
     );
 }
+
+/// A client far ahead in virtual time granted in the gap between a renewing client's lease end
+/// and its next ask must not move the virtual clock past the renewing one. Soak seed 9: a
+/// client of request 0 (virtual time 145 s) got a lease in the 50 us between the end of a 0.51
+/// client's lease and its next ask (63 s); the clock went to 145 s, and every interactive
+/// process back from its 5 ms pause was lifted there, behind the 0.51 client by 82 virtual
+/// seconds: the interactive client got 0.008 of a due 0.149 for 40 s. Here the batch clients
+/// renew 50 us after each lease and the interactive client's two processes each ask for 600 us
+/// every 5 ms. Without the clock counting renewing clients, the interactive client starved
+/// here (the request-0 client far ahead from the start); with the gaps free to take, the
+/// request-0 client took every other lease, half the GPU.
+#[test]
+fn a_far_ahead_client_granted_in_a_renewing_clients_gap_moves_no_clock_past_it() {
+    const US: Nanos = 1_000;
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(10 * MS);
+    s.set_client(1, LIVE_15, 0);
+    s.set_client(3, shares(0.51, 1.0), 0);
+    s.set_client(5, shares(0.0, 1.0), 0);
+    // per session: held since; when each batch session asks next
+    let mut holding: BTreeMap<SessionId, Nanos> = BTreeMap::new();
+    // the client of request 0 runs alone for half a second first: 50 virtual seconds ahead of
+    // the 0.51 client when that one starts
+    let mut batch_asks: BTreeMap<SessionId, (ClientId, Nanos)> =
+        [(30, (3, S / 2)), (50, (5, 0))].into();
+    let mut next_ask: BTreeMap<SessionId, Nanos> = [(10, S), (11, S + 2_500 * US)].into();
+    let (mut interactive_busy, mut batch_busy) = (0, BTreeMap::<SessionId, Nanos>::new());
+    let measured_from = 2 * S;
+    let mut now = 0;
+    while now < 12 * S {
+        for (&session, &mut (client, ref mut at)) in batch_asks.iter_mut() {
+            if *at == now {
+                s.acquire(client, session, now);
+                *at = Nanos::MAX;
+            }
+        }
+        for (&session, at) in next_ask.iter_mut() {
+            if *at == now && !holding.contains_key(&session) {
+                s.acquire(1, session, now);
+                *at += 5 * MS;
+            }
+        }
+        while let Some(g) = s.poll(now) {
+            holding.insert(g.session, now);
+        }
+        let revoked = s.take_revoked();
+        let ended: Vec<SessionId> = holding
+            .iter()
+            .filter(|&(&session, &start)| {
+                if batch_asks.contains_key(&session) {
+                    revoked.contains(&session) || now - start >= 20 * MS
+                } else {
+                    now - start >= 600 * US
+                }
+            })
+            .map(|(&session, _)| session)
+            .collect();
+        for session in ended {
+            let start = holding.remove(&session).unwrap();
+            let held = now - start;
+            s.release(session, held, now);
+            if let Some((_, at)) = batch_asks.get_mut(&session) {
+                *at = now + 50 * US;
+                if now >= measured_from {
+                    *batch_busy.entry(session).or_default() += held;
+                }
+            } else if now >= measured_from {
+                interactive_busy += held;
+            }
+            // the daemon polls after each message
+            while let Some(g) = s.poll(now) {
+                holding.insert(g.session, now);
+            }
+        }
+        now += 50 * US;
+    }
+    let span = (now - measured_from) as f64;
+    let share = interactive_busy as f64 / span;
+    let others: Vec<f64> = batch_busy.values().map(|&b| b as f64 / span).collect();
+    assert!(
+        share > 0.15 && others[1] < 0.05,
+        "the interactive client of request 0.15 that asks for 0.24 got {share:.3}; the batch \
+         clients of 0.51 and 0 got {others:.3?}"
+    );
+}
+
+/// An interactive client of request 0.15.
+const LIVE_15: Shares = Shares {
+    request: 0.15,
+    limit: 1.0,
+    interactive: true,
+};
