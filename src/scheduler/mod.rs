@@ -168,9 +168,10 @@ struct Client {
     fair_factor: f64,
     /// What its request guarantees it and it did not use lately ([`guarantee`]).
     guarantee: Guarantee,
-    /// A batch lease of its ran to its end with work left: its process asks again within
-    /// [`RETURN_GAP`], by this time ([`Scheduler::renewing`]).
-    renews_by: Option<Nanos>,
+    /// When a batch lease of its ended with work left (at its end, or revoked at its process's
+    /// next launch), until it asks again: its process comes back at once
+    /// ([`Scheduler::renewing`]).
+    renewing_since: Option<Nanos>,
 }
 
 impl Client {
@@ -503,7 +504,7 @@ impl Scheduler {
                         waited_total: 0,
                         fair_factor: 1.0,
                         guarantee: Guarantee::new(now),
-                        renews_by: None,
+                        renewing_since: None,
                     },
                 );
             }
@@ -555,34 +556,23 @@ impl Scheduler {
         // back at its next launch) was never away: lifted to the virtual clock then (set by the
         // interactive lease that ran meanwhile), a batch client stayed level with an
         // interactive one, which went first at every request and took its whole demand.
-        let last_end = self.lease_log.last_end(session);
-        let back_at_once = last_end.is_some_and(|end| now.saturating_sub(end) <= RETURN_GAP);
-        // Back from a lease that ran to its end, it finds another client's lease started in its
-        // gap: as one back from away, it ends that lease if it would wait behind it
-        // ([`Scheduler::renewing`]).
-        let gap_taken = back_at_once
-            && self
-                .clients
-                .get(&client)
-                .and_then(|c| c.renews_by)
-                .is_some_and(|by| now < by)
-            && self
-                .holders
-                .iter()
-                .any(|h| h.client != client && last_end.is_some_and(|end| h.start >= end));
+        let back_at_once = self
+            .lease_log
+            .last_end(session)
+            .is_some_and(|end| now.saturating_sub(end) <= RETURN_GAP);
         let vclock = self.vclock;
         let burst = self.burst();
         let pending = self.pending(client);
         let Some(c) = self.clients.get_mut(&client) else {
             return;
         };
-        c.renews_by = None;
+        c.renewing_since = None;
         if !was_active && !back_at_once {
             // A client coming back from idle does not bank the time it was away.
             c.vtime = c.vtime.max(vclock);
             c.refill(now, burst, pending);
         }
-        if back_at_once && !gap_taken {
+        if back_at_once {
             self.woken.remove(&session);
         } else {
             self.woken.insert(session);
@@ -608,34 +598,57 @@ impl Scheduler {
         self.settle(now);
         let h = self.holders.swap_remove(i);
         self.drains.released(session, h.end, now);
-        if !h.revoked && now >= h.end {
+        // ended with work left: at its end, or revoked at its next launch
+        if h.revoked || now >= h.end {
             if let Some(c) = self.clients.get_mut(&h.client) {
                 if !c.shares.interactive {
-                    c.renews_by = Some(now + RETURN_GAP);
+                    c.renewing_since = Some(now);
                 }
             }
         }
         self.end_lease(h, busy_ns, now);
     }
 
-    /// The virtual times of the batch clients between a lease that ran to its end and their
-    /// next ask ([`Client::renews_by`]), neither waiting nor holding. Still in line in all but
-    /// name, they hold the virtual clock back; and a client that took the GPU in such a gap is
-    /// ended when the renewing client asks, if it would wait behind it
-    /// ([`Scheduler::preempt_for`], as for a client back from away). A client of request 0 far
-    /// ahead in virtual time took the 50 us between the end of a 0.51 client's lease and its
-    /// next ask, the clock moved to its virtual time, and every interactive process back from
-    /// a pause was lifted there, behind the 0.51 client by 82 virtual seconds (GPU soak seed 9:
-    /// the interactive client got 0.008 of its due 0.149 for 40 s, the client of request 0
-    /// took 0.12).
-    fn renewing(&self, now: Nanos) -> Vec<f64> {
+    /// The batch clients between a lease that ended with work left and their next ask, within a
+    /// quantum of that end, neither waiting nor holding ([`Client::renewing_since`]): `(id,
+    /// virtual time, lease end)`. Still in line in all but name: they hold the virtual clock
+    /// back, and for [`RETURN_GAP`] no client that is a lease or more ahead of one of them in
+    /// virtual time takes the GPU ([`Scheduler::leaves_the_gap`]). GPU soak seed 9: a client
+    /// of request 0, far ahead in virtual time, took the gap after a lease of a 0.51 client
+    /// (50 us after its end, or after a revoked lease drained), the clock moved to its virtual
+    /// time, and every interactive process back from a pause was lifted there, behind the 0.51
+    /// client by tens of virtual seconds: the interactive clients got 0.008 of their due 0.149
+    /// for 40 s.
+    fn renewing(&self, now: Nanos) -> Vec<(ClientId, f64, Nanos)> {
+        let horizon = self.quantum.max(RETURN_GAP);
         self.clients
             .iter()
-            .filter(|(&id, c)| {
-                c.waiting.is_empty() && !self.holds(id) && c.renews_by.is_some_and(|by| now < by)
+            .filter(|(&id, c)| c.waiting.is_empty() && !self.holds(id))
+            .filter_map(|(&id, c)| {
+                let end = c.renewing_since.filter(|&end| now < end + horizon)?;
+                Some((id, c.vtime, end))
             })
-            .map(|(_, c)| c.vtime)
             .collect()
+    }
+
+    /// Whether client `id`, first in line, leaves the GPU to a renewing client for the rest of
+    /// its gap ([`Scheduler::renewing`]): one it is over a lease ahead of (at its own weight)
+    /// in virtual time, unless `id` is owed and that one is not. Nearer clients take the gap as
+    /// before, and nobody waits for a client that does not ask within [`RETURN_GAP`].
+    fn leaves_the_gap(
+        &self,
+        id: ClientId,
+        renewing: &[(ClientId, f64, Nanos)],
+        now: Nanos,
+    ) -> bool {
+        let Some(c) = self.clients.get(&id) else {
+            return false;
+        };
+        let ahead = c.vtime - self.quantum as f64 / c.weight();
+        let owed = self.owed(id, now);
+        renewing.iter().any(|&(other, vtime, end)| {
+            now < end + RETURN_GAP && vtime < ahead && !(owed && !self.owed(other, now))
+        })
     }
 
     /// Charges a lease that ended at `now` and updates its process's demand.
@@ -989,7 +1002,8 @@ impl Scheduler {
                 min_active = min_active.min(c.vtime);
             }
         }
-        for vtime in self.renewing(now) {
+        let renewing = self.renewing(now);
+        for &(_, vtime, _) in &renewing {
             min_active = min_active.min(vtime);
         }
         let pending: BTreeMap<ClientId, f64> = self
@@ -1093,6 +1107,8 @@ impl Scheduler {
         } else if let Some(overdue) = self.overdue_probe(&line, now) {
             id = overdue;
             why = "overdue probe";
+        } else if self.leaves_the_gap(id, &renewing, now) {
+            return None;
         }
         let mut probe = false;
         if self.demand_gated {
@@ -1224,6 +1240,15 @@ impl Scheduler {
     /// `poll` returned `None`).
     pub fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
         let mut earliest: Option<Nanos> = self.holders.iter().map(|h| self.taken_back_at(h)).min();
+        if self.clients.values().any(|c| !c.waiting.is_empty()) {
+            // a gap left to a renewing client ends ([`Scheduler::leaves_the_gap`])
+            for (_, _, end) in self.renewing(now) {
+                let at = end + RETURN_GAP;
+                if at > now {
+                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                }
+            }
+        }
         for (&id, c) in self.clients.iter().filter(|(_, c)| !c.waiting.is_empty()) {
             // a client out of credit can go again once it has some
             let credit = c.available(now, self.burst(), self.pending(id));

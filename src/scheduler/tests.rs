@@ -1669,8 +1669,9 @@ fn light_processes_start_ahead_of_the_first_only_while_it_fits_beside_all_of_the
         t += 20 * MS;
         s.release(sid, (demand * (20 * MS) as f64) as Nanos, t);
     }
-    // all come back from idle, to the virtual clock
-    t += 10 * MS;
+    // all come back from idle, to the virtual clock (after more than a quantum: the last
+    // lease ran to its end, and its client counts as renewing for a quantum)
+    t += 30 * MS;
     s.acquire(1, 10, t);
     assert_eq!(s.poll(t).unwrap().session, 10);
     for (c, _, sid, _) in &procs[1..] {
@@ -2545,18 +2546,35 @@ fn a_lease_given_back_early_measures_demand_up_to_the_next_ask() {
 /// request-0 client took every other lease, half the GPU.
 #[test]
 fn a_far_ahead_client_granted_in_a_renewing_clients_gap_moves_no_clock_past_it() {
+    far_ahead_client_in_a_renewing_clients_gap(50_000);
+}
+
+/// The same where a revoked batch lease drains for 2 ms, longer than the interactive leases it
+/// was revoked for: the request-0 client was granted as the drained lease ended, after the
+/// interactive ones (seed 9 again, with the renewing leases counted: the 0.51 client's lease
+/// of 20 ms kernels drained 19 ms).
+#[test]
+fn a_far_ahead_client_granted_after_a_revoked_lease_drained_moves_no_clock_past_it() {
+    far_ahead_client_in_a_renewing_clients_gap(2 * MS);
+}
+
+/// Clients: 1 interactive (request 0.15, two processes asking for 600 us every 5 ms from 1 s
+/// on), 3 batch (0.51, saturating from 0.5 s on), 5 batch (request 0, saturating from 0: alone
+/// for half a second, 50 virtual seconds ahead of client 3 when it starts). Batch leases end
+/// at their length, or `drain` after they are revoked; batch processes ask again 50 us after.
+/// Over 2-12 s, the interactive client must get over 0.15 and the request-0 one under 0.05.
+fn far_ahead_client_in_a_renewing_clients_gap(drain: Nanos) {
     const US: Nanos = 1_000;
     let mut s = Scheduler::new(20 * MS, 0);
     s.set_grace(10 * MS);
     s.set_client(1, LIVE_15, 0);
     s.set_client(3, shares(0.51, 1.0), 0);
     s.set_client(5, shares(0.0, 1.0), 0);
-    // per session: held since; when each batch session asks next
+    // per session: held since; when each batch session asks next; when revoked leases end
     let mut holding: BTreeMap<SessionId, Nanos> = BTreeMap::new();
-    // the client of request 0 runs alone for half a second first: 50 virtual seconds ahead of
-    // the 0.51 client when that one starts
     let mut batch_asks: BTreeMap<SessionId, (ClientId, Nanos)> =
         [(30, (3, S / 2)), (50, (5, 0))].into();
+    let mut drained_at: BTreeMap<SessionId, Nanos> = BTreeMap::new();
     let mut next_ask: BTreeMap<SessionId, Nanos> = [(10, S), (11, S + 2_500 * US)].into();
     let (mut interactive_busy, mut batch_busy) = (0, BTreeMap::<SessionId, Nanos>::new());
     let measured_from = 2 * S;
@@ -2577,12 +2595,14 @@ fn a_far_ahead_client_granted_in_a_renewing_clients_gap_moves_no_clock_past_it()
         while let Some(g) = s.poll(now) {
             holding.insert(g.session, now);
         }
-        let revoked = s.take_revoked();
+        for session in s.take_revoked() {
+            drained_at.entry(session).or_insert(now + drain);
+        }
         let ended: Vec<SessionId> = holding
             .iter()
             .filter(|&(&session, &start)| {
                 if batch_asks.contains_key(&session) {
-                    revoked.contains(&session) || now - start >= 20 * MS
+                    drained_at.get(&session).is_some_and(|&at| now >= at) || now - start >= 20 * MS
                 } else {
                     now - start >= 600 * US
                 }
@@ -2591,6 +2611,7 @@ fn a_far_ahead_client_granted_in_a_renewing_clients_gap_moves_no_clock_past_it()
             .collect();
         for session in ended {
             let start = holding.remove(&session).unwrap();
+            drained_at.remove(&session);
             let held = now - start;
             s.release(session, held, now);
             if let Some((_, at)) = batch_asks.get_mut(&session) {
@@ -2604,6 +2625,9 @@ fn a_far_ahead_client_granted_in_a_renewing_clients_gap_moves_no_clock_past_it()
             // the daemon polls after each message
             while let Some(g) = s.poll(now) {
                 holding.insert(g.session, now);
+            }
+            for session in s.take_revoked() {
+                drained_at.entry(session).or_insert(now + drain);
             }
         }
         now += 50 * US;
