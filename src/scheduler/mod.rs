@@ -647,7 +647,7 @@ impl Scheduler {
         let ahead = c.vtime - self.quantum as f64 / c.weight();
         let owed = self.owed(id, now);
         renewing.iter().any(|&(other, vtime, end)| {
-            now < end + RETURN_GAP && vtime < ahead && !(owed && !self.owed(other, now))
+            now < end + RETURN_GAP && vtime < ahead && (!owed || self.owed(other, now))
         })
     }
 
