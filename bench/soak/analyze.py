@@ -6,8 +6,9 @@ For each OUTPUT_DIR/seed-N of the run under gpushare, per WINDOW-second window f
 per client:
   demand   what its processes would keep busy alone: the sum over its processes of their solo
            busy fraction times the fraction of the window they were working; for a bursty job
-           that writes its bursts, the fraction of the window it spent in bursts (from its first
-           launch to its synchronize: waiting for the GPU counts, its random pauses do not)
+           that writes its bursts, what it would have kept busy alone at the pace of its own
+           pauses: per burst and the pause after it, the burst's time alone over that time plus
+           the pause, counted over the part of the window the two cover (Proc.bursting)
   got      what it got, in solo-equivalent GPU time: the sum over its processes of the units they
            finished in the window times their solo GPU seconds per unit, over the window
   used     the daemon's own USED: the GPU time it charged the client in the window
@@ -122,8 +123,22 @@ class Proc:
         return max(0.0, min(b, self.working[1]) - max(a, self.working[0])) / (b - a)
 
     def bursting(self, a, b):
-        """The fraction of [a, b] it spent in bursts (a bursty job that wrote them)."""
-        return sum(max(0.0, min(b, t1) - max(a, t0)) for t0, t1, _ in self.bursts) / (b - a)
+        """What a bursty job (that wrote its bursts) would have kept busy alone over [a, b], at the
+        pace of the pauses it took: each burst and the pause after it (up to the next burst) is
+        a cycle, busy for its burst's time alone (its wall time over its slowdown) out of that
+        time plus the pause; each cycle counts by the part of [a, b] it covers. A burst slowed
+        down does not want more of the GPU for being slow (its wall time in bursts did: a job
+        held to its limit of 0.35 while it burst, 35% of the time, looked due 0.35 of the GPU),
+        and a burst that waited is still due what it would have used."""
+        total = 0.0
+        for i, (t0, t1, x) in enumerate(self.bursts):
+            alone = (t1 - t0) / x if x > 0 else t1 - t0
+            if i + 1 < len(self.bursts):
+                end, busy = self.bursts[i + 1][0], alone / (alone + self.bursts[i + 1][0] - t1)
+            else:  # the last burst: no pause known after it
+                end, busy = t0 + alone, 1.0
+            total += busy * max(0.0, min(b, end) - max(a, t0))
+        return total / (b - a)
 
     def rate(self, t0, t1):
         """Units per second over the time it worked within [t0, t1]."""
