@@ -213,15 +213,22 @@ fn saturating_mixes_keep_every_clients_due_share() {
 /// (each window dividing what the mix could use, [`referee::capacity`]), beside the same for
 /// plain time-slicing, and in how many gpushare left some client shorter than time-slicing did:
 /// `cargo test --release --lib simulation::tests::promise_by_kind -- --ignored --nocapture`.
+/// `Inference` is inference every 5 ms in batch clients (the GPU soak draws it for them too),
+/// alone and mixed with saturating loops.
 #[test]
 #[ignore]
 fn promise_by_kind() {
-    for kind in BATCH_KINDS.into_iter().chain([Kind::Saturating]) {
+    let mixes = BATCH_KINDS
+        .into_iter()
+        .chain([Kind::Saturating, Kind::Inference])
+        .map(|k| vec![k])
+        .chain([vec![Kind::Inference, Kind::Saturating]]);
+    for kinds in mixes {
         let mut shorts = vec![];
         let mut sliced = vec![];
         let mut used_off = vec![];
         for seed in 0..30 {
-            let sc = Scenario::random_of(seed, 30 * S, &[kind]);
+            let sc = Scenario::random_of(seed, 30 * S, &kinds);
             let (out, ts) = (run(&sc), run_time_sliced(&sc));
             shorts.push(worst(&out, Some(&ts)).0);
             sliced.push(worst(&ts, Some(&out)).0);
@@ -243,7 +250,7 @@ fn promise_by_kind() {
         }
         let ok = |v: &[f64]| v.iter().filter(|&&x| x <= referee::TOLERANCE).count();
         eprintln!(
-            "{kind:?}: {}/30 kept (time-sliced {}/30); median worst {:.3} ({:.3}), max {:.3} ({:.3}); {worse} worse than time-sliced; |USED - got| mean {used_mean:.3}, over 3 points in {used_over} of {} client-windows",
+            "{kinds:?}: {}/30 kept (time-sliced {}/30); median worst {:.3} ({:.3}), max {:.3} ({:.3}); {worse} worse than time-sliced; |USED - got| mean {used_mean:.3}, over 3 points in {used_over} of {} client-windows",
             ok(&shorts), ok(&sliced), shorts[15], sliced[15], shorts[29], sliced[29], used_off.len()
         );
     }
@@ -316,7 +323,7 @@ fn kinds_from_env() -> Vec<Kind> {
     let names = std::env::var("SIM_KIND").unwrap_or_default();
     let kinds: Vec<Kind> = BATCH_KINDS
         .into_iter()
-        .chain([Kind::Saturating])
+        .chain([Kind::Saturating, Kind::Inference])
         .filter(|k| names.split(',').any(|n| n == format!("{k:?}")))
         .collect();
     if kinds.is_empty() {
