@@ -31,8 +31,9 @@
 use super::Nanos;
 
 /// How long a client's unused request is kept by default: its bucket holds
-/// `min(request, 1 - request) * WINDOW` at most. A second covers, at request 0.3, the soak's bursts of up to 200 ms while they
-/// average below it; half a second left bursts over about 100 ms waiting in line.
+/// `min(request, 1 - request) * WINDOW` at most. A second covers, at request 0.3, the soak's
+/// bursts of up to 200 ms while they average below it; half a second left bursts over about
+/// 100 ms waiting in line.
 pub const WINDOW: Nanos = 1_000_000_000;
 
 #[derive(Debug, Clone, Copy, Default)]

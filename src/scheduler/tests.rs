@@ -2246,22 +2246,13 @@ fn a_batch_lease_revoked_and_asked_for_again_at_once_keeps_its_place() {
             s.acquire(3, 30, now);
             batch_asks_at = None;
         }
-        for (&session, at) in next_ask.iter_mut() {
-            if *at == now && !holding.contains_key(&session) {
-                s.acquire(1, session, now);
-                *at += 5 * MS;
-            }
-        }
-        while let Some(g) = s.poll(now) {
-            holding.insert(g.session, now);
-        }
+        interactive_asks(&mut s, &mut next_ask, &holding, now);
+        grant_all(&mut s, &mut holding, now);
         for session in s.take_revoked() {
             // given back at the next launch, asked for again 50 us later
             if let Some(start) = holding.remove(&session) {
                 s.release(session, now - start, now);
-                while let Some(g) = s.poll(now) {
-                    holding.insert(g.session, now);
-                }
+                grant_all(&mut s, &mut holding, now);
                 batch_asks_at = Some(now + 50 * US);
             }
         }
@@ -2290,6 +2281,29 @@ fn a_batch_lease_revoked_and_asked_for_again_at_once_keeps_its_place() {
         share < 0.06,
         "the interactive client of request 0.02 got {share:.3}"
     );
+}
+
+/// Client 1's interactive processes in `next_ask` ask for the token when their time comes, unless
+/// they hold it, and again 5 ms later.
+fn interactive_asks(
+    s: &mut Scheduler,
+    next_ask: &mut BTreeMap<SessionId, Nanos>,
+    holding: &BTreeMap<SessionId, Nanos>,
+    now: Nanos,
+) {
+    for (&session, at) in next_ask.iter_mut() {
+        if *at == now && !holding.contains_key(&session) {
+            s.acquire(1, session, now);
+            *at += 5 * MS;
+        }
+    }
+}
+
+/// Takes every lease `s` grants at `now` into `holding` (session: held since).
+fn grant_all(s: &mut Scheduler, holding: &mut BTreeMap<SessionId, Nanos>, now: Nanos) {
+    while let Some(g) = s.poll(now) {
+        holding.insert(g.session, now);
+    }
 }
 
 /// An interactive client of request 0.02.
@@ -2586,15 +2600,8 @@ fn far_ahead_client_in_a_renewing_clients_gap(drain: Nanos) {
                 *at = Nanos::MAX;
             }
         }
-        for (&session, at) in next_ask.iter_mut() {
-            if *at == now && !holding.contains_key(&session) {
-                s.acquire(1, session, now);
-                *at += 5 * MS;
-            }
-        }
-        while let Some(g) = s.poll(now) {
-            holding.insert(g.session, now);
-        }
+        interactive_asks(&mut s, &mut next_ask, &holding, now);
+        grant_all(&mut s, &mut holding, now);
         for session in s.take_revoked() {
             drained_at.entry(session).or_insert(now + drain);
         }
@@ -2623,9 +2630,7 @@ fn far_ahead_client_in_a_renewing_clients_gap(drain: Nanos) {
                 interactive_busy += held;
             }
             // the daemon polls after each message
-            while let Some(g) = s.poll(now) {
-                holding.insert(g.session, now);
-            }
+            grant_all(&mut s, &mut holding, now);
             for session in s.take_revoked() {
                 drained_at.entry(session).or_insert(now + drain);
             }
