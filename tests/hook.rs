@@ -14,260 +14,24 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::hook_programs::{fakes, hook, prepare, Via, ALL};
+use common::hooked_run::{
+    on_shared_gpu, on_shared_gpu_with_stderr, overlapping_daemon, shared_gpu_files, Run,
+};
+use common::kernel_log::{busy_together, kernels};
 use common::{Daemon, DaemonBuilder};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const TMP: &str = env!("CARGO_TARGET_TMPDIR");
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Via {
-    Dlsym,
-    ProcAddress,
-    Link,
-}
-
-const ALL: [Via; 3] = [Via::Dlsym, Via::ProcAddress, Via::Link];
-
-struct Fakes {
-    dir: PathBuf,
-}
-
-impl Fakes {
-    fn client(&self, via: Via) -> PathBuf {
-        self.dir.join(match via {
-            Via::Dlsym => "client_dlsym",
-            Via::ProcAddress => "client_proc",
-            Via::Link => "client_link",
-        })
-    }
-}
-
-fn run_ok(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn have_gcc() -> bool {
-    Command::new("gcc")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Builds the fake driver and the clients once per test run; `None` (skip) without gcc.
-fn fakes() -> Option<&'static Fakes> {
-    static FAKES: OnceLock<Option<Fakes>> = OnceLock::new();
-    FAKES
-        .get_or_init(|| {
-            if !have_gcc() {
-                eprintln!("SKIPPED: gcc is not installed; the hook tests need it to build the fake libcuda");
-                return None;
-            }
-            let src = Path::new(ROOT).join("tests/fakes");
-            let dir = Path::new(TMP).join(format!("hook-fakes-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            run_ok(Command::new("gcc").args(["-O1", "-Wall", "-shared", "-fPIC"]).args([
-                "-Wl,-soname,libcuda.so.1",
-                "-Wl,-Bsymbolic",
-                "-o",
-            ]).arg(dir.join("libcuda.so.1")).arg(src.join("fake_cuda.c")).arg("-lpthread"));
-            run_ok(
-                Command::new("gcc")
-                    .args(["-O1", "-Wall", "-shared", "-fPIC"])
-                    .args(["-Wl,-soname,libnvidia-ml.so.1", "-Wl,-Bsymbolic", "-o"])
-                    .arg(dir.join("libnvidia-ml.so.1"))
-                    .arg(src.join("fake_nvml_memory.c")),
-            );
-            let _ = std::fs::remove_file(dir.join("libcuda.so"));
-            std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
-            let client = src.join("client.c");
-            for (def, name) in [("-DVIA_DLSYM", "client_dlsym"), ("-DVIA_PROC", "client_proc")] {
-                run_ok(Command::new("gcc").args(["-O1", "-Wall", def, "-o"]).arg(dir.join(name)).arg(&client).args(["-ldl", "-lpthread"]));
-            }
-            run_ok(
-                Command::new("gcc")
-                    .args(["-O1", "-Wall", "-DVIA_LINK", "-o"])
-                    .arg(dir.join("client_link"))
-                    .arg(&client)
-                    .arg(format!("-L{}", dir.display()))
-                    .args(["-lcuda", "-ldl", "-lpthread"]),
-            );
-            Some(Fakes { dir })
-        })
-        .as_ref()
-}
-
-/// Builds what the tests need, or `None` to skip; the guard runs the tests one at a time (the
-/// timing tests busy-wait in two processes each and must not steal each other's CPUs).
-///
-/// The test's thread, and so the daemon and the programs it starts, also runs ahead of the
-/// rest of the host (a build, another test binary) where it may (as root): the fake GPU keeps
-/// wall-clock time, so a program that the host's other work keeps off the CPU leaves it idle,
-/// and a share measured on it would say how loaded the host was, not what the scheduler did.
-fn prepare() -> Option<std::sync::MutexGuard<'static, ()>> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    fakes()?;
-    // On Linux a nice value is the calling thread's; children inherit it. Refused without
-    // CAP_SYS_NICE, which leaves the tests as they were.
-    // SAFETY: setpriority reads no memory of ours.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
-    Some(guard)
-}
-
-/// Builds the hook with cargo (in its own target dir, so as not to wait on the lock of the
-/// build that runs these tests) and returns the library. `GPUSHARE_HOOK_LIB` overrides it.
-fn hook(profile: &str) -> PathBuf {
-    static DEBUG: OnceLock<PathBuf> = OnceLock::new();
-    static RELEASE: OnceLock<PathBuf> = OnceLock::new();
-    let cell = if profile == "release" {
-        &RELEASE
-    } else {
-        &DEBUG
-    };
-    cell.get_or_init(|| {
-        if profile != "release" {
-            if let Some(p) = std::env::var_os("GPUSHARE_HOOK_LIB") {
-                return PathBuf::from(p);
-            }
-        }
-        let target = Path::new(TMP).join("hook-build");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "gpushare-hook"])
-            .current_dir(ROOT)
-            .env("CARGO_TARGET_DIR", &target);
-        if profile == "release" {
-            cmd.arg("--release");
-        }
-        run_ok(&mut cmd);
-        let lib = target
-            .join(if profile == "release" {
-                "release"
-            } else {
-                "debug"
-            })
-            .join("libgpushare.so");
-        assert!(lib.exists(), "{} was not built", lib.display());
-        lib
-    })
-    .clone()
-}
-
-/// gpushared as these tests run it: no NVML, quanta of 20 ms, unlimited memory by default, its
-/// log at `warn`. `clients` is TOML appended to the config (use `{uid}` for the current uid).
-/// With the scheduler's defaults: leases overlap while the GPU has room.
-fn overlapping_daemon(clients: &str) -> DaemonBuilder {
-    let uid = nix::unistd::getuid().as_raw();
-    Daemon::builder()
-        .table("daemon", "quantum = \"20ms\"\nclient_timeout = \"2s\"")
-        .table("gpu", "nvml = false\nset_compute_mode = false")
-        .table("defaults", "memory = \"unlimited\"")
-        .config(&clients.replace("{uid}", &uid.to_string()))
-        .log_level("warn")
-}
 
 /// Like [`overlapping_daemon`], one lease at a time (`concurrent_leases = 1`): these tests
 /// follow the token from process to process.
 fn one_lease_daemon(clients: &str) -> DaemonBuilder {
     overlapping_daemon(clients).table("daemon", "concurrent_leases = 1")
-}
-
-/// One client process under the hook.
-struct Run<'a> {
-    via: Via,
-    hook: PathBuf,
-    socket: Option<&'a Path>,
-    client: &'a str,
-    env: Vec<(&'a str, String)>,
-    log: Option<PathBuf>,
-}
-
-impl<'a> Run<'a> {
-    fn new(via: Via) -> Run<'a> {
-        Run {
-            via,
-            hook: hook("debug"),
-            socket: None,
-            client: "",
-            env: vec![],
-            log: None,
-        }
-    }
-    fn daemon(mut self, d: &'a Daemon) -> Self {
-        self.socket = Some(&d.socket);
-        self
-    }
-    /// The socket of a scripted daemon ([`recording_daemon`]).
-    fn socket(mut self, path: &'a Path) -> Self {
-        self.socket = Some(path);
-        self
-    }
-    fn client(mut self, name: &'a str) -> Self {
-        self.client = name;
-        self
-    }
-    fn log(mut self, path: &Path) -> Self {
-        self.log = Some(path.to_path_buf());
-        self
-    }
-    fn env(mut self, k: &'a str, v: &str) -> Self {
-        self.env.push((k, v.to_string()));
-        self
-    }
-    fn command(&self, ops: &[&str]) -> Command {
-        let f = fakes().expect("fakes");
-        let mut cmd = Command::new(f.client(self.via));
-        cmd.args(ops)
-            .env("LD_LIBRARY_PATH", &f.dir)
-            .env("LD_PRELOAD", &self.hook)
-            .env("GPUSHARE_CLIENT", self.client)
-            .env_remove("GPUSHARE_NO_DAEMON");
-        match self.socket {
-            Some(s) => cmd.env("GPUSHARE_SOCKET", s),
-            None => cmd.env(
-                "GPUSHARE_SOCKET",
-                Path::new(TMP).join("no-daemon-here.sock"),
-            ),
-        };
-        if let Some(log) = &self.log {
-            cmd.env("FAKE_CUDA_LOG", log);
-        }
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        cmd
-    }
-    fn output(&self, ops: &[&str]) -> Output {
-        self.command(ops).output().expect("run client")
-    }
-    /// Runs and returns stdout, asserting success.
-    fn ok(&self, ops: &[&str]) -> String {
-        let out = self.output(ops);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{:?} {ops:?} failed ({}):\n{stdout}{}",
-            self.via,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    }
 }
 
 /// Runs a measurement whose result depends on the machine's timing up to three times, until one
@@ -285,49 +49,6 @@ fn measured(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
         }
     }
     panic!("{what}: {}", complaints.join("; "));
-}
-
-/// GPU time of each of `pids` over the span all of them ran kernels, and that span.
-fn busy_together(k: &[(u32, u64, u64, String)], pids: &[u32]) -> (Vec<u64>, u64, u64) {
-    let span = |pid: u32| {
-        let mine: Vec<_> = k.iter().filter(|x| x.0 == pid).collect();
-        (
-            mine.iter().map(|x| x.1).min().unwrap_or(0),
-            mine.iter().map(|x| x.2).max().unwrap_or(0),
-        )
-    };
-    let from = pids.iter().map(|p| span(*p).0).max().unwrap_or(0);
-    let to = pids.iter().map(|p| span(*p).1).min().unwrap_or(0);
-    if to <= from {
-        // they never ran at the same time: a moment, nobody busy in it
-        return (vec![0; pids.len()], from, from + 1);
-    }
-    let busy = pids
-        .iter()
-        .map(|&pid| {
-            k.iter()
-                .filter(|x| x.0 == pid)
-                .map(|x| x.2.min(to).saturating_sub(x.1.max(from)))
-                .sum()
-        })
-        .collect();
-    (busy, from, to)
-}
-
-/// Kernel intervals from the fake's log: (pid, start, end, function).
-fn kernels(log: &Path) -> Vec<(u32, u64, u64, String)> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-                f[3].to_string(),
-            )
-        })
-        .collect()
 }
 
 /// Pairs of kernels of different processes that ran at the same time.
@@ -1959,65 +1680,6 @@ print("contended", due(10**12))
     );
     assert_eq!(out_a, "before -1\nattached 1 alone 0\ncontended 1\n");
     assert_eq!(out_b, "before -1\nattached 0 alone 0\ncontended 0\n");
-}
-
-/// A scratch directory with the paths [`on_shared_gpu`] takes in it: the fake's kernel log and
-/// its shared GPUs' file.
-fn shared_gpu_files() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let (log, gpu) = (dir.path().join("kernels.log"), dir.path().join("gpu"));
-    (dir, log, gpu)
-}
-
-/// Processes under the hook on the fake's shared GPUs (`FAKE_CUDA_GPU`): asynchronous kernels
-/// that run one after another on each GPU, as without MPS. The machine has two GPUs; a process
-/// runs on the first unless its ops name another (`device:1`). Each `(client, ops)` (ops
-/// separated by spaces) runs as its own process; returns their pids and stdout.
-fn on_shared_gpu(d: &Daemon, log: &Path, gpu: &Path, runs: &[(&str, &str)]) -> Vec<(u32, String)> {
-    on_shared_gpu_with_stderr(d, log, gpu, runs, &[])
-        .into_iter()
-        .map(|(pid, out, _)| (pid, out))
-        .collect()
-}
-
-/// [`on_shared_gpu`] with `env` set for every process; returns each one's stderr too.
-fn on_shared_gpu_with_stderr(
-    d: &Daemon,
-    log: &Path,
-    gpu: &Path,
-    runs: &[(&str, &str)],
-    env: &[(&str, &str)],
-) -> Vec<(u32, String, String)> {
-    let children: Vec<_> = runs
-        .iter()
-        .map(|(client, ops)| {
-            let mut run = Run::new(Via::Dlsym)
-                .daemon(d)
-                .log(log)
-                .client(client)
-                .env("FAKE_CUDA_DEVICES", "2")
-                .env("FAKE_CUDA_GPU", &gpu.display().to_string());
-            for (k, v) in env {
-                run = run.env(k, v);
-            }
-            run.command(&ops.split_whitespace().collect::<Vec<_>>())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    children
-        .into_iter()
-        .map(|c| {
-            let pid = c.id();
-            let out = c.wait_with_output().unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-            assert!(out.status.success(), "{stdout}{stderr}");
-            (pid, stdout, stderr)
-        })
-        .collect()
 }
 
 /// Requests 0.75/0.25 hold for long kernels (1.6 ms), whether the programs synchronize after

@@ -1,12 +1,16 @@
 //! The integration tests' harness: a real gpushared ([`daemon`]), a private dbus-daemon
-//! ([`bus`]), test users ([`users`]), clients speaking the wire protocol ([`clients`]) and the
-//! test doubles of tests/fakes ([`fakes`]).
+//! ([`bus`]), test users ([`users`]), clients speaking the wire protocol ([`clients`]), the
+//! test doubles of tests/fakes ([`fakes`]), and client programs under the hook on the fake
+//! driver ([`hook_programs`], [`hooked_run`], [`kernel_log`]).
 #![allow(dead_code, unused_imports)]
 
 pub mod bus;
 pub mod clients;
 pub mod daemon;
 pub mod fakes;
+pub mod hook_programs;
+pub mod hooked_run;
+pub mod kernel_log;
 pub mod users;
 
 pub use bus::TestBus;
