@@ -14,12 +14,13 @@
 //! this process the token, which may be much later; its tag tells it apart from other replies.
 //!
 //! An attached process may open a second connection whose only request is [`Request::Watch`]:
-//! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early, and
-//! [`Reply::Joined`] when another process's lease started beside its own. Both name the lease
-//! they are about by its number: leases are numbered by the [`Reply::Grant`]s the session got,
-//! from 1, so that a notice that overtakes its grant, or comes after the lease ended, applies to
-//! the lease it was meant for and to no other. The daemon never trusts what a client says about who it is: identity comes from the socket's
-//! peer credentials.
+//! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early,
+//! [`Reply::Joined`] when another process's lease started beside its own, and
+//! [`Reply::Contended`] when another process starts waiting for a token granted while none did.
+//! Each names the lease it is about by its number: leases are numbered by the [`Reply::Grant`]s
+//! the session got, from 1, so that a notice that overtakes its grant, or comes after the lease
+//! ended, applies to the lease it was meant for and to no other. The daemon never trusts what a
+//! client says about who it is: identity comes from the socket's peer credentials.
 //!
 //! Any process may open a connection whose first and only request is [`Request::Status`]: it
 //! never attaches; the daemon answers with the status document (what the D-Bus methods
@@ -230,6 +231,10 @@ pub enum Reply {
     /// clock, which the hook reads too): work of this process that completed before then ran
     /// alone.
     Joined { lease: u64, at_ns: u64 },
+    /// On the watch connection: another process now waits for the token that lease number
+    /// `lease` holds, granted while none did: from then on it is as if granted with
+    /// [`GRANT_CONTENDED`] (a process that leaves the GPU idle gives it back soon).
+    Contended { lease: u64 },
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
@@ -575,6 +580,7 @@ impl Reply {
             Reply::Revoke { .. } => 7,
             Reply::Status { .. } => 8,
             Reply::Joined { .. } => 9,
+            Reply::Contended { .. } => 10,
         });
         match self {
             Reply::Welcome {
@@ -617,7 +623,7 @@ impl Reply {
                 f.u32(code.to_u32());
                 f.str(message);
             }
-            Reply::Revoke { lease } => f.u64(*lease),
+            Reply::Revoke { lease } | Reply::Contended { lease } => f.u64(*lease),
             Reply::Joined { lease, at_ns } => {
                 f.u64(*lease);
                 f.u64(*at_ns);
@@ -677,6 +683,7 @@ impl Reply {
                 lease: r.u64()?,
                 at_ns: r.u64()?,
             },
+            10 => Reply::Contended { lease: r.u64()? },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -835,6 +842,7 @@ mod tests {
             },
             Reply::NotExtended,
             Reply::Revoke { lease: 7 },
+            Reply::Contended { lease: 9 },
             Reply::Joined {
                 lease: 8,
                 at_ns: 123_456_789,

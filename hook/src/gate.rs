@@ -30,6 +30,7 @@ use crate::lease::{
     WATCHER, WATCHER_THREAD,
 };
 use crate::pacing::{self, wait_until_done};
+use crate::pauses;
 use crate::residency;
 use crate::session::{self, Attach};
 use crate::stats;
@@ -139,6 +140,7 @@ fn renew_lease(stream: Stream) {
     if exiting() {
         return; // never wait for the daemon at exit
     }
+    pauses::ended(pacing::idle_for().unwrap_or(0));
     let here = devices::current();
     let mut lease = loop {
         let lease = GATE.lock();
@@ -228,6 +230,7 @@ fn renew_lease(stream: Stream) {
             stats::GRANTS.add(1);
             lease.device = here;
             lease.grant(now_ns(), lease_ns);
+            pauses::granted(contended_idle(lease_ns));
             lease.context = current_context();
             publish(&lease, lease_ns);
             residency::regained();
@@ -346,11 +349,13 @@ fn watch() {
             continue;
         }
         pacing::sample(|| sample_stream(&seen));
+        let idle = pacing::idle_for();
+        pauses::sampled(idle);
         if extension_due(&seen) {
             extend_early(&seen);
             continue;
         }
-        if give_back_due(&seen) {
+        if give_back_due(&seen, idle) {
             // Closes the gate first, as a revocation does: a launch that passed it just before
             // reaches the driver within the revocation's slack, and the lease goes back then.
             lease::give_back_soon();
@@ -440,15 +445,20 @@ fn sample_stream(lease: &Lease) -> Option<CUstream> {
 
 /// Whether the lease thread should give back `lease`, which others waited for when it was
 /// granted or extended, before its end: a batch lease, not revoked, whose process has left the
-/// GPU (nothing queued, nothing launched) for [`contended_idle`] since the lease began.
-fn give_back_due(lease: &Lease) -> bool {
+/// GPU (nothing queued, nothing launched, `idle`) since the lease began for [`contended_idle`],
+/// or for [`pauses::PAUSE_NS`] if its pauses have lately gone on past that
+/// ([`pauses::stays_away`]).
+fn give_back_due(lease: &Lease, idle: Option<u64>) -> bool {
     let since_grant = now_ns().saturating_sub(lease.granted_at);
+    let limit = if pauses::stays_away() {
+        pauses::PAUSE_NS
+    } else {
+        contended_idle(lease.deadline - lease.granted_at)
+    };
     CONTENDED.load(Relaxed)
         && !INTERACTIVE.load(Relaxed)
         && REVOKED_AT.load(Acquire) == 0
-        && pacing::idle_for().is_some_and(|t| {
-            t.min(since_grant) >= contended_idle(lease.deadline - lease.granted_at)
-        })
+        && idle.is_some_and(|t| t.min(since_grant) >= limit)
 }
 
 /// Whether the lease thread should give `lease` back now.

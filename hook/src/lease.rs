@@ -65,6 +65,8 @@ struct Notices {
     /// The lease the last `Joined` was for, and when the other lease was granted.
     joined_for: u64,
     joined_at: u64,
+    /// The lease the last `Contended` was for.
+    contended_for: u64,
 }
 
 static NOTICES: ForkSafe<Notices> = ForkSafe::new(Notices::NONE);
@@ -75,6 +77,7 @@ impl Notices {
         revoke_for: 0,
         joined_for: 0,
         joined_at: 0,
+        contended_for: 0,
     };
 }
 
@@ -83,16 +86,28 @@ pub fn restart_numbering() {
     *NOTICES.lock() = Notices::NONE;
 }
 
-/// A grant came (`shared`: granted beside others): the next lease number. Sets whether the lease
-/// is shared, and so it is if a `Joined` for it came first.
-pub fn count_grant(shared: bool) -> u64 {
+/// A grant came (`shared`: granted beside others; `contended`: others wait for the token): the
+/// next lease number. Sets whether the lease is shared and contended, and so it is if a
+/// `Joined` or a `Contended` for it came first.
+pub fn count_grant(shared: bool, contended: bool) -> u64 {
     let mut n = NOTICES.lock();
     n.grants_seen += 1;
     pacing::set_shared(shared);
     if n.joined_for == n.grants_seen {
         pacing::joined(n.joined_at);
     }
+    CONTENDED.store(contended || n.contended_for == n.grants_seen, Relaxed);
     n.grants_seen
+}
+
+/// Another process waits for the token that lease number `lease` holds (the daemon's
+/// `Contended`).
+pub fn contended(lease: u64) {
+    let mut n = NOTICES.lock();
+    n.contended_for = lease;
+    if n.grants_seen == lease {
+        CONTENDED.store(true, Relaxed);
+    }
 }
 
 /// Another lease started beside lease number `lease` at `at_ns` (the daemon's `Joined`).
@@ -259,7 +274,7 @@ mod tests {
     fn notices_apply_to_the_lease_they_name() {
         let _globals = crate::stats::TEST_GLOBALS.lock();
         let open = |lease: u64| {
-            assert_eq!(count_grant(false), lease);
+            assert_eq!(count_grant(false, false), lease);
             REVOKED_AT.store(0, SeqCst);
             DEADLINE.store(1 << 40, SeqCst);
             published();
@@ -285,11 +300,25 @@ mod tests {
         joined(4, 0);
         open(3);
         assert!(!pacing::shared(), "a Joined for the next lease");
-        assert_eq!(count_grant(false), 4);
+        assert_eq!(count_grant(false, false), 4);
         assert!(pacing::shared(), "shared once lease 4 is granted");
         joined(3, 0);
-        assert_eq!(count_grant(false), 5);
+        assert_eq!(count_grant(false, false), 5);
         assert!(!pacing::shared(), "a late Joined for an earlier lease");
+
+        contended(6);
+        assert!(!CONTENDED.load(SeqCst), "a Contended for the next lease");
+        assert_eq!(count_grant(false, false), 6);
+        assert!(CONTENDED.load(SeqCst), "contended once lease 6 is granted");
+        assert_eq!(count_grant(false, false), 7);
+        assert!(!CONTENDED.load(SeqCst), "granted uncontended");
+        contended(6);
+        assert!(
+            !CONTENDED.load(SeqCst),
+            "a late Contended for an earlier lease"
+        );
+        contended(7);
+        assert!(CONTENDED.load(SeqCst), "about this one: at once");
         withdraw();
         restart_numbering();
     }

@@ -29,8 +29,9 @@
 //! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
 //!    table of wrapped symbols), [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions)
 //!    and [`devices`] (which GPU a call is about);
-//! 3. the lease state and its pacing: [`kernel_timer`], [`pacing`], [`lease`], and how a
-//!    thread waits for a grant, [`grant_wait`];
+//! 3. the lease state and its pacing: [`kernel_timer`], [`pacing`], [`lease`], how long the
+//!    process stays away once it pauses, [`pauses`], and how a thread waits for a grant,
+//!    [`grant_wait`];
 //! 4. the policies: [`revocation`], [`residency`], [`session`], [`memory`], [`memory_info`],
 //!    [`gate`], [`launch`];
 //! 5. the exported `extern "C"` entry points: [`exports`].
@@ -58,6 +59,7 @@ mod ledger;
 mod memory;
 mod memory_info;
 mod pacing;
+mod pauses;
 mod residency;
 mod revocation;
 mod session;

@@ -57,6 +57,7 @@ fn read(mut link: Link, session: u64) {
         match reply {
             Reply::Revoke { lease } => crate::lease::revoke(lease),
             Reply::Joined { lease, at_ns } => crate::lease::joined(lease, at_ns),
+            Reply::Contended { lease } => crate::lease::contended(lease),
             _ => {}
         }
     }

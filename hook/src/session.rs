@@ -514,12 +514,11 @@ pub fn acquire(device: DeviceId, spin: Duration) -> Option<u64> {
 /// the lease and tells the pacer whether it is shared, whether its queue must stay short for an
 /// interactive client, and whether it was extended.
 fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
-    crate::lease::count_grant(flags & proto::protocol::GRANT_SHARED != 0);
-    crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
-    crate::lease::CONTENDED.store(
+    crate::lease::count_grant(
+        flags & proto::protocol::GRANT_SHARED != 0,
         flags & proto::protocol::GRANT_CONTENDED != 0,
-        std::sync::atomic::Ordering::Relaxed,
     );
+    crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
     crate::pacing::set_extended(extended);
     lease_ns
 }

@@ -219,6 +219,11 @@ impl Schedulers {
         self.take_from_all(Scheduler::take_joined)
     }
 
+    /// [`Scheduler::take_contended`] on every GPU.
+    pub fn take_contended(&mut self) -> Vec<SessionId> {
+        self.take_from_all(Scheduler::take_contended)
+    }
+
     /// What `take` takes from every device's scheduler, each session once.
     fn take_from_all(&mut self, take: fn(&mut Scheduler) -> Vec<SessionId>) -> Vec<SessionId> {
         let mut all: Vec<SessionId> = self.devices.values_mut().flat_map(take).collect();

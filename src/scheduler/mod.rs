@@ -231,6 +231,9 @@ struct Lease {
     /// Started ahead of the first in line, beside which that one can start
     /// ([`Scheduler::backfill`]).
     backfilled: bool,
+    /// Its holder knows that others wait for the token: granted (or extended) so
+    /// ([`Grant::contended`]), or told since ([`Scheduler::take_contended`]).
+    contended: bool,
 }
 
 /// What an ended lease tells its process's demand estimate, besides the wall time it is
@@ -271,6 +274,7 @@ pub struct Scheduler {
     /// Leases granted alone (without MPS) that another started beside, whose holders have not
     /// been told yet.
     joined: Vec<SessionId>,
+    contended: Vec<SessionId>,
     /// When each session's last lease ended.
     lease_log: LeaseLog,
     /// Leases given back before their end, by session, until their process asks again.
@@ -303,6 +307,7 @@ impl Scheduler {
             demand: Demands::default(),
             revoked: Vec::new(),
             joined: Vec::new(),
+            contended: Vec::new(),
             probe_next: None,
             lease_log: LeaseLog::default(),
             early: BTreeMap::new(),
@@ -581,6 +586,12 @@ impl Scheduler {
             c.waiting.push_back(session);
             self.books.entry(session).or_default().start_wait(now);
         }
+        for h in &mut self.holders {
+            if !h.contended && h.session != session {
+                h.contended = true;
+                self.contended.push(h.session);
+            }
+        }
         self.demand.add(session);
         self.learn_early_end(session, now);
     }
@@ -783,6 +794,7 @@ impl Scheduler {
             "extend"
         );
         let alone = !self.other_batch_lease(session);
+        let contended = self.others_wait(session);
         let h = &mut self.holders[i];
         *h = Lease {
             session,
@@ -795,6 +807,7 @@ impl Scheduler {
             alone,
             probe: false,
             backfilled: false,
+            contended,
         };
         let client = h.client;
         Some(Grant {
@@ -803,7 +816,7 @@ impl Scheduler {
             lease_ns: quantum,
             shared: self.demand_gated && !alone,
             tight: self.tight_for(client, now),
-            contended: self.others_wait(session),
+            contended,
         })
     }
 
@@ -872,6 +885,16 @@ impl Scheduler {
     /// include the others' turns, for their own ([`Grant::shared`]).
     pub fn take_joined(&mut self) -> Vec<SessionId> {
         std::mem::take(&mut self.joined)
+    }
+
+    /// The sessions whose leases, granted while no other process waited, another process has
+    /// started waiting for since the last call: tell them, so that a holder that leaves the GPU
+    /// idle gives the token back soon ([`Grant::contended`]). A light process whose lease was
+    /// granted just before the others asked again held it through every pause to its end: a
+    /// loop running a 250 us kernel every 5 ms kept a 20 ms lease for four steps, the GPU idle
+    /// nearly all of it.
+    pub fn take_contended(&mut self) -> Vec<SessionId> {
+        std::mem::take(&mut self.contended)
     }
 
     /// `session` reports the kernels it launched since its last report ([`together`]): a batch
@@ -1214,6 +1237,7 @@ impl Scheduler {
             vtime = self.clients.get(&id).map_or(0.0, |c| c.vtime),
             "grant"
         );
+        let contended = self.others_wait(session);
         self.holders.push(Lease {
             session,
             client: id,
@@ -1225,6 +1249,7 @@ impl Scheduler {
             alone,
             probe,
             backfilled: false,
+            contended,
         });
         Some(Grant {
             session,
@@ -1232,7 +1257,7 @@ impl Scheduler {
             lease_ns,
             shared,
             tight,
-            contended: self.others_wait(session),
+            contended,
         })
     }
 

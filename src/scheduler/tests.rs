@@ -1196,6 +1196,30 @@ fn processes_that_grow_busy_after_a_light_start_up_are_probed_soon() {
     );
 }
 
+/// A lease granted while no other process waited is reported once when one starts waiting,
+/// so that its holder gives the token back once it leaves the GPU idle; a lease granted while
+/// others waited (its grant says so) is not reported again.
+#[test]
+fn holders_granted_uncontended_are_told_once_when_another_process_waits() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    let first = s.poll(0).unwrap();
+    assert!(!first.contended);
+    s.acquire(2, 20, 2 * MS);
+    assert_eq!(s.take_contended(), vec![10]);
+    s.acquire(2, 20, 3 * MS);
+    assert!(s.take_contended().is_empty(), "told once");
+    s.release(10, 0, 4 * MS);
+    s.acquire(1, 10, 4 * MS);
+    let next = s.poll(4 * MS).unwrap();
+    assert_eq!(next.session, 20);
+    assert!(next.contended, "granted while 10 waits");
+    s.acquire(1, 11, 5 * MS);
+    assert!(s.take_contended().is_empty(), "its grant said so");
+}
+
 /// A lease granted alone that another starts beside is reported once, so that its holder
 /// learns that it is shared now; under MPS (no overlap by demand) nobody is told.
 #[test]

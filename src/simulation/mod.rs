@@ -264,6 +264,11 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
                 told[(s - 1) as usize] = true;
                 said = true;
             }
+            for s in sched.take_contended() {
+                procs[(s - 1) as usize].contended();
+                told[(s - 1) as usize] = true;
+                said = true;
+            }
             sched.take_joined();
             if !said {
                 break;

@@ -50,6 +50,11 @@ const QUIET_NS: Nanos = 1_000_000;
 /// A lease others waited for is given back once its process left the GPU for this part of it
 /// (at least [`QUIET_NS`]).
 const CONTENDED_IDLE_DIVISOR: Nanos = 8;
+/// A process whose pauses ran past [`contended_idle`] each of the last [`PAUSES_LEARNT`] times
+/// they reached this gives a lease others wait for back this soon into a pause.
+const PAUSE_NS: Nanos = 500_000;
+/// How many pauses in a row must have run long ([`PAUSE_NS`]).
+const PAUSES_LEARNT: u8 = 2;
 /// A tight lease (an interactive client active) keeps a queue this much shorter.
 const TIGHT_DIVISOR: Nanos = 4;
 
@@ -99,6 +104,12 @@ pub struct Process {
     last_launch: Nanos,
     /// When its queue last emptied (it left the GPU) and it launched nothing since.
     idle_since: Option<Nanos>,
+    /// The same, not restarted by a grant: when its pause began.
+    paused_since: Option<Nanos>,
+    /// Its last lease's length, and how many of its pauses in a row that reached [`PAUSE_NS`]
+    /// went on past [`contended_idle`] of it.
+    last_lease_ns: Nanos,
+    long_pauses: u8,
     /// Steps done, and each step's time from its first launch to its work done (synchronized) or
     /// launched (not).
     pub steps: u64,
@@ -120,6 +131,9 @@ impl Process {
             launches: 0,
             last_launch: 0,
             idle_since: Some(0),
+            paused_since: None,
+            last_lease_ns: 0,
+            long_pauses: 0,
             steps: 0,
             latencies: Vec::new(),
         }
@@ -165,6 +179,7 @@ impl Process {
         }
         // the hook counts a lease's busy time from its grant or its last extension
         let pending_time_at = gpu.pending_time(self.ctx);
+        self.last_lease_ns = lease_ns;
         self.held = Some(Held {
             granted_at: now,
             deadline: now + lease_ns,
@@ -174,6 +189,13 @@ impl Process {
             asked_ahead: false,
             pending_time_at,
         });
+    }
+
+    /// The daemon told it that others wait for the lease held.
+    pub fn contended(&mut self) {
+        if let Some(h) = &mut self.held {
+            h.contended = true;
+        }
     }
 
     /// The daemon revoked the lease held.
@@ -218,6 +240,9 @@ impl Process {
         } else if self.idle_since.is_none() {
             self.idle_since = Some(now);
         }
+        if pending == 0 && self.paused_since.is_none() {
+            self.paused_since = Some(now);
+        }
         gpu.watch(self.ctx, None);
         // the lease thread
         if let Some(h) = self.held {
@@ -229,6 +254,9 @@ impl Process {
                 }
             } else if (self.rules.interactive && idle.is_some_and(|t| t >= INTERACTIVE_IDLE_NS))
                 || (h.contended && idle.is_some_and(|t| t >= contended_idle(&h)))
+                || (h.contended
+                    && self.long_pauses >= PAUSES_LEARNT
+                    && idle.is_some_and(|t| t >= PAUSE_NS))
                 || (now >= h.deadline + (h.deadline - h.granted_at) / 4
                     && idle.is_some_and(|t| t >= QUIET_NS))
             {
@@ -270,9 +298,10 @@ impl Process {
             .held
             .filter(|h| h.contended)
             .map(|h| contended_idle(&h));
-        let idle_wakes = self.idle_since.map_or([None, None, None], |t| {
+        let idle_wakes = self.idle_since.map_or([None, None, None, None], |t| {
             [
                 Some(t + INTERACTIVE_IDLE_NS),
+                Some(t + PAUSE_NS),
                 Some(t + QUIET_NS),
                 contended_wake.map(|d| t + d),
             ]
@@ -350,6 +379,17 @@ impl Process {
             self.work.kernel_ns
         };
         gpu.enqueue(self.ctx, u64::from(n) * kernel_ns);
+        if let Some(t) = self.paused_since.take() {
+            let pause = now - t;
+            if pause >= PAUSE_NS {
+                let long = pause >= contended_idle_of(self.last_lease_ns);
+                self.long_pauses = if long {
+                    self.long_pauses.saturating_add(1)
+                } else {
+                    0
+                };
+            }
+        }
         self.launches += u64::from(n);
         self.last_launch = now;
         self.idle_since = None;
@@ -402,5 +442,10 @@ impl Process {
 
 /// How long a process may leave the GPU before it gives back lease `h`, which others wait for.
 fn contended_idle(h: &Held) -> Nanos {
-    ((h.deadline - h.granted_at) / CONTENDED_IDLE_DIVISOR).max(QUIET_NS)
+    contended_idle_of(h.deadline - h.granted_at)
+}
+
+/// The same for a lease of `lease_ns`.
+fn contended_idle_of(lease_ns: Nanos) -> Nanos {
+    (lease_ns / CONTENDED_IDLE_DIVISOR).max(QUIET_NS)
 }

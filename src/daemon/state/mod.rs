@@ -507,6 +507,9 @@ impl State {
                 at_ns: granted_at,
             });
         }
+        for session in self.sched.take_contended() {
+            self.tell_watch(session, |lease| Reply::Contended { lease });
+        }
         self.sched.next_wakeup(now)
     }
 

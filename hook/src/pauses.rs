@@ -1,0 +1,100 @@
+//! How long this process stays away from the GPU once it pauses: whether a lease that others
+//! wait for can go back soon into a pause.
+//!
+//! A batch process that leaves the GPU without work keeps a lease others wait for until it has
+//! been idle for a part of the lease (`gate::contended_idle`), so that a loop that synchronizes
+//! every step does not lose its turn at each short host gap. A loop that pauses for long after
+//! each short step (batch inference every few milliseconds) held every lease idle that long:
+//! in a GPU soak, a batch client that ran 0.25 ms of inference every 5 ms held leases for 3.3
+//! ms each, was charged 0.26 of the GPU for 0.04 it used, and the others lost that time.
+//!
+//! So each pause that reaches [`PAUSE_NS`] is remembered as long or short: long when it went on
+//! past the point where a contended lease goes back anyway. After [`PAUSES_LEARNT`] long ones in
+//! a row, a contended lease goes back once the process has left the GPU for [`PAUSE_NS`]; a
+//! pause that ends sooner makes the process hold its leases as before until it has shown long
+//! pauses again.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+/// How long a process that pauses long must have left the GPU before its contended lease goes
+/// back, and the shortest pause that counts.
+pub const PAUSE_NS: u64 = 500_000;
+/// How many long pauses in a row teach that the process stays away.
+pub const PAUSES_LEARNT: u32 = 2;
+
+/// Long pauses in a row.
+static LONG: AtomicU32 = AtomicU32::new(0);
+/// The longest idle time the lease thread has seen in the pause under way (0: none seen).
+static PEAK: AtomicU64 = AtomicU64::new(0);
+/// A pause at least this long is long: the idle time after which the last lease, contended,
+/// went back anyway.
+static LONG_AFTER: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// A lease was granted whose contended idle limit is `long_after_ns`.
+pub fn granted(long_after_ns: u64) {
+    LONG_AFTER.store(long_after_ns, Relaxed);
+}
+
+/// The lease thread's sample of how long the process has been idle (`None`: it has work on the
+/// GPU): a pause that ends while the lease is held is counted here.
+pub fn sampled(idle_ns: Option<u64>) {
+    let t = idle_ns.unwrap_or(0);
+    let peak = PEAK.load(Relaxed);
+    if peak > 0 && t < peak {
+        ended(0); // it launched since
+    }
+    if t >= PAUSE_NS {
+        PEAK.fetch_max(t, Relaxed);
+    }
+}
+
+/// The process launches again after having been idle `idle_ns` (at the gate, asking for a
+/// lease): the pause under way, if one, ends.
+pub fn ended(idle_ns: u64) {
+    let pause = PEAK.swap(0, Relaxed).max(idle_ns);
+    let count = next_count(LONG.load(Relaxed), pause, LONG_AFTER.load(Relaxed));
+    LONG.store(count, Relaxed);
+}
+
+/// Whether the process has shown that it stays away once it pauses.
+pub fn stays_away() -> bool {
+    LONG.load(Relaxed) >= PAUSES_LEARNT
+}
+
+/// The count of long pauses in a row after one of `pause_ns` ends (pure): pauses shorter than
+/// [`PAUSE_NS`] do not count either way.
+fn next_count(count: u32, pause_ns: u64, long_after_ns: u64) -> u32 {
+    if pause_ns < PAUSE_NS {
+        count
+    } else if pause_ns >= long_after_ns {
+        count.saturating_add(1)
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_pauses_count_up_a_short_one_starts_again_and_moments_do_not_count() {
+        let long_after = 2_500_000;
+        let mut n = 0;
+        for pause in [4_000_000, 3_000_000] {
+            n = next_count(n, pause, long_after);
+        }
+        assert_eq!(n, 2);
+        assert_eq!(
+            next_count(n, 100_000, long_after),
+            2,
+            "a host gap between kernels"
+        );
+        assert_eq!(
+            next_count(n, 1_000_000, long_after),
+            0,
+            "back before the limit"
+        );
+        assert_eq!(next_count(0, 4_000_000, u64::MAX), 0, "no lease yet");
+    }
+}
