@@ -1841,8 +1841,9 @@ fn launch_bound_processes_hold_leases_together() {
 /// launch-bound PyTorch jobs on the GPU had learnt 3.4 ms). With `clients`, `(client of the
 /// short kernels, client of the saturating process)` and their config; beside it the short
 /// kernels must make at least `least` of what they make alone, and the time per launch the
-/// process learnt last (its stats line) must be within 600 us, not the 5 ms of its first kernels
-/// nor the 1.6-1.8 ms that markers alone taught it beside a client of three times its weight.
+/// process learnt last (its stats line) must be within 1.3 ms, not the 5 ms of its first kernels
+/// nor the 1.6-1.8 ms that markers alone taught it beside a client of three times its weight
+/// (with the lowering 80-360 us, once 1.0 ms on a loaded machine).
 fn short_kernels_after_long_ones_beside_a_saturating_process(
     clients: (&str, &str),
     config: &str,
@@ -1884,7 +1885,7 @@ fn short_kernels_after_long_ones_beside_a_saturating_process(
                  times"
             );
             assert!(most >= 2_000, "5 ms kernels learnt as {most} us");
-            if now > 600 {
+            if now > 1300 {
                 return Err(format!(
                     "learnt {now} us per 50 us kernel beside the saturating process after 5 ms \
                      ones ({lowered} timed launches lowered it)"

@@ -140,7 +140,6 @@ fn renew_lease(stream: Stream) {
     if exiting() {
         return; // never wait for the daemon at exit
     }
-    pauses::ended(pacing::idle_for().unwrap_or(0));
     let here = devices::current();
     let mut lease = loop {
         let lease = GATE.lock();
@@ -179,6 +178,7 @@ fn renew_lease(stream: Stream) {
     }
     // The queries and synchronizes of the lease's end, beside a capture of another thread.
     let _relaxed = relaxed_capture();
+    pauses::ended(pacing::idle_for().unwrap_or(0));
     let switching = lease.holding && lease.device.ordinal != here.ordinal;
     let other_waits = WANTED.load(Acquire) >= 0;
     if lease.holding && !switching && !other_waits && REVOKED_AT.load(Acquire) == 0 {
