@@ -14,13 +14,20 @@
 //! this process the token, which may be much later; its tag tells it apart from other replies.
 //!
 //! An attached process may open a second connection whose only request is [`Request::Watch`]:
-//! on it the daemon sends [`Reply::Revoke`] when the process must end its lease early,
-//! [`Reply::Joined`] when another process's lease started beside its own, and
+//! on it the daemon sends [`Reply::Revoke`] when the process must end a lease early,
+//! [`Reply::Joined`] when another process's lease started beside one of its own, and
 //! [`Reply::Contended`] when another process starts waiting for a token granted while none did.
-//! Each names the lease it is about by its number: leases are numbered by the [`Reply::Grant`]s
-//! the session got, from 1, so that a notice that overtakes its grant, or comes after the lease
-//! ended, applies to the lease it was meant for and to no other. The daemon never trusts what a
-//! client says about who it is: identity comes from the socket's peer credentials.
+//! Each names the GPU and the lease it is about by its number: a session's leases on each GPU
+//! are numbered by the [`Reply::Grant`]s it got for that GPU, from 1, so that a notice that
+//! overtakes its grant, or comes after the lease ended, applies to the lease it was meant for and
+//! to no other.
+//!
+//! A process holds the token of each GPU it uses on its own. Its requests about one GPU's token
+//! go on a connection of their own (a *lane*), opened with [`Request::Lane`], so that a thread
+//! waiting for one GPU's grant never holds up the requests about another: after it, the lane
+//! carries `Acquire`, `Release`, `Renew` and `Extend` for that GPU alone, and their replies. The
+//! daemon never trusts what a client says about who it is: identity comes from the socket's peer
+//! credentials.
 //!
 //! Any process may open a connection whose first and only request is [`Request::Status`]: it
 //! never attaches; the daemon answers with the status document (what the D-Bus methods
@@ -39,7 +46,7 @@
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -167,6 +174,12 @@ pub enum Request {
     /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`). `launches` as
     /// in `Release`.
     Extend { device: DeviceId, launches: u64 },
+    /// First request on a connection of an attached process for the token of `device`, its
+    /// lane: afterwards it carries [`Request::Acquire`], [`Request::Release`],
+    /// [`Request::Renew`] and [`Request::Extend`] about `device` alone, and their replies, for as
+    /// long as the session lasts. `session` is the id from the Welcome; the peer must be the same
+    /// process. No reply. Closing the lane gives the token of `device` back.
+    Lane { session: u64, device: DeviceId },
     /// First and only request on a second connection of an attached process: the daemon sends
     /// [`Reply::Revoke`] and [`Reply::Joined`] on it. `session` is the id
     /// from the Welcome; the peer must be the same process.
@@ -214,7 +227,7 @@ pub enum Reply {
     },
     /// The token (of the device last asked for) is this process's for `lease_ns` nanoseconds from
     /// now; `flags`: [`GRANT_SHARED`], [`GRANT_TIGHT`], [`GRANT_CONTENDED`]. The session's nth
-    /// grant (an extension's too) starts lease number n.
+    /// grant for a device (an extension's too) starts its lease number n there.
     Grant { lease_ns: u64, flags: u32 },
     /// The reservation was counted; `used` is the client's total on the device afterwards.
     Reserved { used: u64 },
@@ -222,19 +235,24 @@ pub enum Reply {
     OverCap { used: u64, cap: u64 },
     /// Another process goes first: the lease was not extended.
     NotExtended,
-    /// On the watch connection: end lease number `lease` at the next launch (an interactive
-    /// client wants its GPU, or a process its probe).
-    Revoke { lease: u64 },
-    /// On the watch connection: another process's lease started beside lease number `lease`
+    /// On the watch connection: end lease number `lease` on `device` at the next launch (an
+    /// interactive client wants the GPU, or a process its probe).
+    Revoke { lease: u64, device: DeviceId },
+    /// On the watch connection: another process's lease started beside lease number `lease` on
+    /// `device`
     /// (without MPS): from then on it is shared, as if granted with [`GRANT_SHARED`]. `at_ns`:
     /// when the daemon granted the other lease, in `CLOCK_MONOTONIC` nanoseconds (the host's
     /// clock, which the hook reads too): work of this process that completed before then ran
     /// alone.
-    Joined { lease: u64, at_ns: u64 },
-    /// On the watch connection: another process now waits for the token that lease number
-    /// `lease` holds, granted while none did: from then on it is as if granted with
+    Joined {
+        lease: u64,
+        at_ns: u64,
+        device: DeviceId,
+    },
+    /// On the watch connection: another process now waits for the token of `device` that lease
+    /// number `lease` holds, granted while none did: from then on it is as if granted with
     /// [`GRANT_CONTENDED`] (a process that leaves the GPU idle gives it back soon).
-    Contended { lease: u64 },
+    Contended { lease: u64, device: DeviceId },
     /// The request was refused; the daemon closes the connection after this for codes other than
     /// [`ErrorCode::Refused`].
     Error { code: ErrorCode, message: String },
@@ -440,6 +458,7 @@ impl Request {
             Request::Watch { .. } => 8,
             Request::Status => 9,
             Request::Usage { .. } => 10,
+            Request::Lane { .. } => 11,
         });
         match self {
             Request::Hello {
@@ -487,6 +506,10 @@ impl Request {
                 f.u64(*bytes);
             }
             Request::Watch { session } => f.u64(*session),
+            Request::Lane { session, device } => {
+                f.u64(*session);
+                f.put(&device.0);
+            }
         }
         f.finish()
     }
@@ -561,6 +584,10 @@ impl Request {
                 since_seconds: r.u64()?,
                 by: r.str()?,
             },
+            11 => Request::Lane {
+                session: r.u64()?,
+                device: r.device()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -623,10 +650,18 @@ impl Reply {
                 f.u32(code.to_u32());
                 f.str(message);
             }
-            Reply::Revoke { lease } | Reply::Contended { lease } => f.u64(*lease),
-            Reply::Joined { lease, at_ns } => {
+            Reply::Revoke { lease, device } | Reply::Contended { lease, device } => {
+                f.u64(*lease);
+                f.put(&device.0);
+            }
+            Reply::Joined {
+                lease,
+                at_ns,
+                device,
+            } => {
                 f.u64(*lease);
                 f.u64(*at_ns);
+                f.put(&device.0);
             }
             Reply::NotExtended => {}
             Reply::Status { flags, data } => {
@@ -674,7 +709,10 @@ impl Reply {
                 message: r.str()?,
             },
             6 => Reply::NotExtended,
-            7 => Reply::Revoke { lease: r.u64()? },
+            7 => Reply::Revoke {
+                lease: r.u64()?,
+                device: r.device()?,
+            },
             8 => Reply::Status {
                 flags: r.u32()?,
                 data: r.bytes()?.to_vec(),
@@ -682,8 +720,12 @@ impl Reply {
             9 => Reply::Joined {
                 lease: r.u64()?,
                 at_ns: r.u64()?,
+                device: r.device()?,
             },
-            10 => Reply::Contended { lease: r.u64()? },
+            10 => Reply::Contended {
+                lease: r.u64()?,
+                device: r.device()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         r.end(v)
@@ -788,6 +830,10 @@ mod tests {
                 launches: u64::MAX,
             },
             Request::Watch { session: 77 },
+            Request::Lane {
+                session: 78,
+                device: GPU1,
+            },
             Request::Status,
             Request::Usage {
                 since_seconds: 7 * 86400,
@@ -841,11 +887,18 @@ mod tests {
                 flags: GRANT_SHARED,
             },
             Reply::NotExtended,
-            Reply::Revoke { lease: 7 },
-            Reply::Contended { lease: 9 },
+            Reply::Revoke {
+                lease: 7,
+                device: GPU1,
+            },
+            Reply::Contended {
+                lease: 9,
+                device: GPU0,
+            },
             Reply::Joined {
                 lease: 8,
                 at_ns: 123_456_789,
+                device: GPU0,
             },
             Reply::Reserved { used: 1 },
             Reply::OverCap { used: 2, cap: 3 },
@@ -1002,7 +1055,10 @@ mod tests {
             .unwrap_err();
         assert_eq!(e, "busy");
         assert!(StatusReader::default()
-            .push(Reply::Revoke { lease: 1 })
+            .push(Reply::Revoke {
+                lease: 1,
+                device: DeviceId::default(),
+            })
             .is_err());
         let mut r = StatusReader::default();
         let piece = Reply::Status {

@@ -49,6 +49,7 @@ fn request() -> impl Strategy<Value = Request> {
         (device(), any::<u64>())
             .prop_map(|(device, launches)| Request::Extend { device, launches }),
         any::<u64>().prop_map(|session| Request::Watch { session }),
+        (any::<u64>(), device()).prop_map(|(session, device)| Request::Lane { session, device }),
         Just(Request::Status),
         (any::<u64>(), "[a-z]{0,10}")
             .prop_map(|(since_seconds, by)| Request::Usage { since_seconds, by }),

@@ -539,7 +539,7 @@ fn a_lease_granted_alone_is_told_when_another_starts_beside_it() {
     assert!(
         matches!(
             told,
-            Some(Reply::Joined { lease: 1, at_ns }) if (asked..=got).contains(&at_ns)
+            Some(Reply::Joined { lease: 1, at_ns, device: GPU0 }) if (asked..=got).contains(&at_ns)
         ),
         "the first holder is told, about its first lease, when the other lease was granted \
          ({asked}..={got} ns): {told:?}"
@@ -598,13 +598,20 @@ fn an_interactive_client_revokes_the_batch_lease() {
     assert!(t0.elapsed() < Duration::from_millis(500));
     assert_eq!(
         watch.recv_within(Duration::from_secs(1)),
-        Some(Reply::Revoke { lease: 1 }),
+        Some(Reply::Revoke {
+            lease: 1,
+            device: GPU0
+        }),
         "the batch process is told, about its first lease"
     );
     assert!(
         matches!(
             watch.recv_within(Duration::from_secs(1)),
-            Some(Reply::Joined { lease: 1, .. })
+            Some(Reply::Joined {
+                lease: 1,
+                device: GPU0,
+                ..
+            })
         ),
         "and that the interactive lease started beside it"
     );
@@ -644,7 +651,10 @@ fn an_interactive_client_revokes_the_batch_lease() {
     ));
     assert_eq!(
         watch.recv_within(Duration::from_secs(1)),
-        Some(Reply::Revoke { lease: 2 }),
+        Some(Reply::Revoke {
+            lease: 2,
+            device: GPU0
+        }),
         "the revocation names the batch process's second lease"
     );
 }

@@ -3,8 +3,9 @@
 //! makes of its ordinal. Each GPU has its own token and memory accounts in the daemon.
 //!
 //! UUIDs are read once per ordinal and kept. A process is *multi-device* once it has used a
-//! second ordinal; only then does the launch path ask the driver which device a launch goes to
-//! (one process per GPU, the common case, never pays for that).
+//! second ordinal; only then does the launch path ask the driver which device a launch goes to,
+//! to find its lane ([`crate::lanes`]); one process per GPU, the common case, never pays for
+//! that.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 
@@ -13,6 +14,7 @@ use proto::protocol::DeviceId;
 use crate::cuda::*;
 use crate::driver::{current_device, helper, Helper};
 use crate::fork_safe::ForkSafe;
+use crate::lanes::Lane;
 
 /// Ordinals whose UUID is kept; a larger one is named by its ordinal (see [`by_ordinal`]).
 const KEPT: usize = 64;
@@ -49,14 +51,43 @@ pub fn current() -> Device {
     }
 }
 
-/// The calling thread's device ordinal, read only in a multi-device process (`None` otherwise:
-/// every launch goes to the one device).
-#[inline(always)]
-pub fn launch_ordinal() -> Option<CUdevice> {
-    if !MULTI.load(Relaxed) {
-        return None;
+impl Device {
+    /// Its lane.
+    pub fn lane(self) -> Lane {
+        Lane::of(self.ordinal)
     }
-    current_device()
+}
+
+/// The lane of the first device this process used (the first lane before any).
+#[inline(always)]
+pub fn first_lane() -> Lane {
+    Lane::of(FIRST.load(Relaxed))
+}
+
+/// The lane a launch of the calling thread goes to, and its device ordinal where the driver was
+/// asked: only in a multi-device process (otherwise every launch goes to the one device, the
+/// `first` lane).
+#[inline(always)]
+pub fn launch_lane(first: Lane) -> (Lane, Option<CUdevice>) {
+    if !MULTI.load(Relaxed) {
+        return (first, None);
+    }
+    match current_device() {
+        Some(d) => (Lane::of(d), Some(d)),
+        None => (first, None),
+    }
+}
+
+/// The lane of the device named `id` to the daemon, among those this process used.
+pub fn lane_of(id: DeviceId) -> Option<Lane> {
+    let ids = IDS.lock();
+    let i = ids.iter().position(|kept| *kept == Some(id));
+    if let Some(i) = i {
+        return Some(Lane::of(i as CUdevice));
+    }
+    // an ordinal past those kept, named by it
+    let ordinal = CUdevice::from_be_bytes(id.0[12..].try_into().ok()?);
+    (by_ordinal(ordinal) == id).then(|| Lane::of(ordinal))
 }
 
 fn note_used(ordinal: CUdevice) {

@@ -1,22 +1,27 @@
-//! The token gate: a launch proceeds while this process's lease runs.
+//! The token gate: a launch proceeds while this process's lease on the launch's GPU runs.
 //!
-//! Fast path (every launch): one clock read and a compare against an atomic time, the earlier of
-//! the lease's end and the next queue check ([`pacing`]). When the lease has run out (or was
-//! revoked for an interactive client), one thread (under the gate lock) first asks to extend it,
-//! which the daemon grants when this process would get the next lease anyway; otherwise it waits
-//! for the work launched during the lease, reports how busy it kept the GPU, and blocks until the
-//! next grant. The other launching threads of the process wait on the lock, since they share the
-//! token.
+//! A process holds each GPU's lease on its own, in the GPU's lane ([`crate::lanes`]): a process
+//! that drives several GPUs (a thread per GPU, or one thread launching on each in turn) runs on
+//! all of them at once, and each GPU's scheduler weighs it there as any other process.
 //!
-//! The lease thread samples the GPU queue while a lease runs and gives the lease back when the
-//! process stops using it: after its end, at once when it was revoked, and for an interactive
-//! client as soon as its work is done.
+//! Fast path (every launch): the launch's lane (the one GPU's, unless the process used several:
+//! then the device of the thread's context), one clock read and a compare against the lane's
+//! atomic time, the earlier of the lease's end and the next queue check ([`pacing`]). When the
+//! lease has run out (or was revoked for an interactive client), one thread (under the lane's
+//! gate lock) first asks to extend it, which the daemon grants when this process would get the
+//! next lease anyway; otherwise it waits for the work launched during the lease, reports how
+//! busy it kept the GPU, and blocks until the next grant. The other threads launching on that
+//! GPU wait on the lock, since they share its token; threads on other GPUs go on.
 //!
-//! The state of the lease lives in [`crate::lease`], where the watch connection and the session
+//! Each lane's lease thread samples the GPU queue while a lease runs and gives the lease back
+//! when the process stops using it: after its end, at once when it was revoked, and for an
+//! interactive client as soon as its work is done.
+//!
+//! The state of the leases lives in [`crate::lease`], where the watch connection and the session
 //! reach it too.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use crate::clock::{fast_deadline, fast_now, now_ns};
@@ -24,6 +29,7 @@ use crate::cuda::*;
 use crate::devices::{self, Device};
 use crate::driver::{current_context, helper, relaxed_capture, Helper};
 use crate::grant_wait;
+use crate::lanes::{Lane, PerLane, MAX};
 use crate::lease::{
     self, exiting, lease_left_ns, ungate, wake_watcher, withdraw, Lease, CONTENDED, DEADLINE,
     EXITING, GATE, GATE_AT, INTERACTIVE, LEASE_END_NS, LEASE_ORDINAL, REVOKED_AT, WAIT_LIMIT_NS,
@@ -61,111 +67,102 @@ impl Stream {
     }
 }
 
-/// Waits, if needed, until this process may launch on `stream`.
+/// Waits, if needed, until this process may launch on `stream`; returns the launch's lane, for
+/// [`leave`].
 #[inline(always)]
-pub fn enter(stream: Stream) {
-    let at = GATE_AT.load(Relaxed);
-    // Ungated processes read no clock (it costs a launch more than the compare).
-    if at != u64::MAX {
-        if fast_now() >= at {
-            stop(stream);
-        } else if devices::launch_ordinal().is_some_and(|d| d != LEASE_ORDINAL.load(Relaxed)) {
-            // A process on several GPUs holds one GPU's lease at a time.
-            renew(stream);
+pub fn enter(stream: Stream) -> Lane {
+    let first = devices::first_lane();
+    // Ungated processes (every lane's gate open for good) read no clock and ask the driver
+    // nothing (either costs a launch more than the compare).
+    let lane = if GATE_AT[first].load(Relaxed) == u64::MAX {
+        first
+    } else {
+        let (lane, ordinal) = devices::launch_lane(first);
+        if fast_now() >= GATE_AT[lane].load(Relaxed) {
+            stop(lane, stream)
+        } else if ordinal.is_some_and(|d| d != LEASE_ORDINAL[lane].load(Relaxed)) {
+            // A GPU whose ordinal shares the lane with the lease's: one lease at a time there.
+            renew(stream)
+        } else {
+            lane
         }
-    }
+    };
     if let Some(handle) = stream.handle() {
-        streams::note(handle);
+        streams::note(lane, handle);
     }
+    lane
 }
 
-/// After the launch on `stream`: the marker a queue check asked for.
+/// After the launch on `stream` in `lane`: the marker a queue check asked for.
 #[inline(always)]
-pub fn leave(stream: Stream) {
+pub fn leave(lane: Lane, stream: Stream) {
     if let Some(handle) = stream.handle() {
-        pacing::after_launch(handle);
+        pacing::after_launch(lane, handle);
     }
 }
 
-/// Off the fast path: the lease ran out, or a queue check is due.
+/// Off the fast path: the lease of `lane` ran out, or a queue check is due. Returns the lane
+/// the launch goes to.
 #[cold]
 #[inline(never)]
-fn stop(stream: Stream) {
-    let deadline = DEADLINE.load(Acquire);
+fn stop(lane: Lane, stream: Stream) -> Lane {
+    let deadline = DEADLINE[lane].load(Acquire);
     if fast_now() >= deadline {
-        renew(stream);
-        return;
+        return renew(stream);
     }
     let Some(handle) = stream.handle() else {
-        return;
+        return lane;
     };
-    let left = lease_left_ns();
-    if pacing::passes(left) {
-        return; // the next launch looks again
+    let left = lease_left_ns(lane);
+    if pacing::passes(lane, left) {
+        return lane; // the next launch looks again
     }
     if capturing(handle) {
-        return; // captured work runs when its graph is launched
+        return lane; // captured work runs when its graph is launched
     }
     // Another thread may capture meanwhile (a capture of this thread is on another stream).
     let _relaxed = relaxed_capture();
-    let next = pacing::check(handle, WAIT_LIMIT_NS.load(Relaxed), left);
-    if fast_now() >= DEADLINE.load(Acquire) {
+    let next = pacing::check(lane, handle, WAIT_LIMIT_NS[lane].load(Relaxed), left);
+    if fast_now() >= DEADLINE[lane].load(Acquire) {
         // The wait for room outlasted the lease (a kernel longer than what was left of it still
         // ran): this launch waits for the next lease, instead of running past this one's end.
-        renew(stream);
-        return;
+        return renew(stream);
     }
     let at = if next == u64::MAX {
         u64::MAX
     } else {
         fast_deadline(next)
     };
-    let deadline = DEADLINE.load(Acquire);
+    let deadline = DEADLINE[lane].load(Acquire);
     if deadline != u64::MAX {
-        GATE_AT.store(at.min(deadline), Release);
+        GATE_AT[lane].store(at.min(deadline), Release);
     }
+    lane
 }
 
-/// Ends the lease (when it ran out, was revoked, or is for another GPU than the launching
-/// thread's) and waits for the next one, on the launching thread's GPU.
+/// Ends the lease of the launching thread's GPU's lane (when it ran out, was revoked, or is for
+/// another GPU of that lane) and waits for the next one, on the launching thread's GPU. Returns
+/// that GPU's lane.
 #[cold]
 #[inline(never)]
-fn renew(stream: Stream) {
+fn renew(stream: Stream) -> Lane {
     let start = now_ns();
-    renew_lease(stream);
+    let here = devices::current();
+    renew_lease(here, stream);
     stats::RENEW_NS.add(now_ns().saturating_sub(start));
+    here.lane()
 }
 
-fn renew_lease(stream: Stream) {
+fn renew_lease(here: Device, stream: Stream) {
     if exiting() {
         return; // never wait for the daemon at exit
     }
-    let here = devices::current();
-    let mut lease = loop {
-        let lease = GATE.lock();
-        let valid = fast_now() < DEADLINE.load(Acquire);
-        let wanted = WANTED.load(Acquire);
-        let other_waits = wanted >= 0 && wanted != here.ordinal;
-        if valid && lease.device.ordinal == here.ordinal {
-            // Another thread renewed it while we waited for the lock.
-            let _ = WANTED.compare_exchange(here.ordinal, -1, AcqRel, Acquire);
-            return;
-        }
-        if !valid && (lease.holding || !other_waits) {
-            break lease;
-        }
-        // A process on several GPUs holds one GPU's lease at a time: a launch on another GPU
-        // waits for the end of that lease, and a thread already waiting for its GPU goes first.
-        let pause = if valid {
-            let _ = WANTED.compare_exchange(-1, here.ordinal, AcqRel, Acquire);
-            LEASE_END_NS.load(Relaxed).saturating_sub(now_ns())
-        } else {
-            0
-        };
-        drop(lease);
-        std::thread::sleep(Duration::from_nanos(pause.clamp(50_000, 1_000_000)));
-    };
-    let _ = WANTED.compare_exchange(here.ordinal, -1, AcqRel, Acquire);
+    let lane = here.lane();
+    let mut lease = GATE[lane].lock();
+    if fast_now() < DEADLINE[lane].load(Acquire) && lease.device.ordinal == here.ordinal {
+        // Another thread renewed it while we waited for the lock.
+        return;
+    }
     if session::attach() != Attach::Managed {
         ungate();
         return;
@@ -178,14 +175,14 @@ fn renew_lease(stream: Stream) {
     }
     // The queries and synchronizes of the lease's end, beside a capture of another thread.
     let _relaxed = relaxed_capture();
-    pauses::ended(pacing::idle_for().unwrap_or(0));
+    pauses::ended(lane, pacing::idle_for(lane).unwrap_or(0));
+    // Another GPU whose ordinal shares the lane: its lease ends first.
     let switching = lease.holding && lease.device.ordinal != here.ordinal;
-    let other_waits = WANTED.load(Acquire) >= 0;
-    if lease.holding && !switching && !other_waits && REVOKED_AT.load(Acquire) == 0 {
+    if lease.holding && !switching && REVOKED_AT[lane].load(Acquire) == 0 {
         // No other process goes first: carry on without draining the queue, which would leave
         // the GPU idle until the queue fills again.
-        if extend(&mut lease) {
-            wake_watcher();
+        if extend(lane, &mut lease) {
+            wake_watcher(lane);
             return;
         }
     }
@@ -194,103 +191,98 @@ fn renew_lease(stream: Stream) {
             // The lease's work went to its own context's streams.
             let here_context = current_context();
             if lease.context != 0 && set_context(lease.context) {
-                wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
+                wait_for_lease_work(lane, lease.wait_limit(), |s| {
+                    s as usize != CU_STREAM_PER_THREAD
+                });
                 set_context(here_context);
             }
         } else {
             // This thread may name its own per-thread stream, not another thread's.
             let mine = stream.handle() == Some(CU_STREAM_PER_THREAD as CUstream);
-            wait_for_lease_work(lease.wait_limit(), |s| {
+            wait_for_lease_work(lane, lease.wait_limit(), |s| {
                 mine || s as usize != CU_STREAM_PER_THREAD
             });
         }
         // Others wait: the memory moves out (charged to this lease, as GPU work of its own).
         residency::hand_over();
-        Some((lease.device, end_lease(&mut lease)))
+        Some((lease.device, end_lease(lane, &mut lease)))
     } else {
         None
     };
-    if let Some((on, busy_ns)) = used.filter(|_| WANTED.load(Acquire) >= 0) {
-        // A thread waits to launch on another GPU: its turn.
-        session::release(on.id, busy_ns);
-        drop(lease);
-        return renew_lease(stream);
-    }
     let spin = grant_wait::spin();
     let granted = match used {
-        Some((on, busy_ns)) if on.ordinal == here.ordinal => session::renew(here.id, busy_ns, spin),
-        Some((on, busy_ns)) => {
-            session::release(on.id, busy_ns);
-            session::acquire(here.id, spin)
+        Some((on, busy_ns)) if on.ordinal == here.ordinal => {
+            session::renew(lane, here.id, busy_ns, spin)
         }
-        None => session::acquire(here.id, spin),
+        Some((on, busy_ns)) => {
+            session::release(lane, on.id, busy_ns);
+            session::acquire(lane, here.id, spin)
+        }
+        None => session::acquire(lane, here.id, spin),
     };
     match granted {
         Some(lease_ns) => {
             stats::GRANTS.add(1);
             lease.device = here;
             lease.grant(now_ns(), lease_ns);
-            pauses::granted(contended_idle(lease_ns));
+            pauses::granted(lane, contended_idle(lease_ns));
             lease.context = current_context();
-            publish(&lease, lease_ns);
+            publish(lane, &lease, lease_ns);
             residency::regained();
-            start_watcher();
-            wake_watcher();
+            start_watcher(lane);
+            wake_watcher(lane);
         }
         None => ungate(),
     }
 }
 
-/// The device ordinal a thread of a process on several GPUs waits to launch on (-1: none).
-static WANTED: AtomicI32 = AtomicI32::new(-1);
-
-/// Asks the daemon to extend `lease`, held; if it does, the lease restarts now and the gate
-/// opens for it. Whether it was extended.
-fn extend(lease: &mut Lease) -> bool {
-    let Some((lease_ns, contended)) = session::extend(lease.device.id) else {
+/// Asks the daemon to extend `lease` of `lane`, held; if it does, the lease restarts now and the
+/// gate opens for it. Whether it was extended.
+fn extend(lane: Lane, lease: &mut Lease) -> bool {
+    let Some((lease_ns, contended)) = session::extend(lane, lease.device.id) else {
         return false;
     };
     stats::EXTENSIONS.add(1);
     lease.grant(now_ns(), lease_ns);
     residency::extended(contended);
-    publish(lease, lease_ns);
+    publish(lane, lease, lease_ns);
     true
 }
 
-/// Opens the gate for `lease`, just granted (or extended) for `lease_ns`. The first launch
-/// checks the queue.
-fn publish(lease: &Lease, lease_ns: u64) {
-    LEASE_END_NS.store(lease.deadline, Relaxed);
-    LEASE_ORDINAL.store(lease.device.ordinal, Relaxed);
-    WAIT_LIMIT_NS.store(lease.wait_limit(), Relaxed);
-    REVOKED_AT.store(0, Release);
-    pacing::restart_count();
-    DEADLINE.store(fast_deadline(lease_ns), Release);
-    GATE_AT.store(0, Release);
+/// Opens the gate of `lane` for `lease`, just granted (or extended) for `lease_ns`. The first
+/// launch checks the queue.
+fn publish(lane: Lane, lease: &Lease, lease_ns: u64) {
+    LEASE_END_NS[lane].store(lease.deadline, Relaxed);
+    LEASE_ORDINAL[lane].store(lease.device.ordinal, Relaxed);
+    WAIT_LIMIT_NS[lane].store(lease.wait_limit(), Relaxed);
+    REVOKED_AT[lane].store(0, Release);
+    pacing::restart_count(lane);
+    DEADLINE[lane].store(fast_deadline(lease_ns), Release);
+    GATE_AT[lane].store(0, Release);
     // a revocation of this lease that came before its grant was handled
-    crate::lease::published();
+    crate::lease::published(lane);
 }
 
-/// Ends `lease`, whose work was waited for; returns the busy time to report.
-fn end_lease(lease: &mut Lease) -> u64 {
-    pacing::drained();
-    let busy = pacing::take_busy(lease.end(now_ns()));
-    withdraw();
+/// Ends `lease` of `lane`, whose work was waited for; returns the busy time to report.
+fn end_lease(lane: Lane, lease: &mut Lease) -> u64 {
+    pacing::drained(lane);
+    let busy = pacing::take_busy(lane, lease.end(now_ns()));
+    withdraw(lane);
     busy
 }
 
-fn start_watcher() {
-    if WATCHER.swap(true, AcqRel) {
+fn start_watcher(lane: Lane) {
+    if WATCHER[lane].swap(true, AcqRel) {
         return;
     }
     let spawned = std::thread::Builder::new()
         .name("gpushare-lease".into())
-        .spawn(|| {
-            let _ = std::panic::catch_unwind(watch);
+        .spawn(move || {
+            let _ = std::panic::catch_unwind(move || watch(lane));
         });
     match spawned {
-        Ok(handle) => *WATCHER_THREAD.lock() = Some(handle.thread().clone()),
-        Err(_) => WATCHER.store(false, Release),
+        Ok(handle) => *WATCHER_THREAD[lane].lock() = Some(handle.thread().clone()),
+        Err(_) => WATCHER[lane].store(false, Release),
     }
 }
 
@@ -334,35 +326,35 @@ pub const QUIET_NS: u64 = 1_000_000;
 /// stops using it (after the lease's end, at once when revoked, and for an interactive client
 /// as soon as it is idle), instead of at its next launch, so that others do not wait for the
 /// daemon to take it back.
-fn watch() {
+fn watch(lane: Lane) {
     // This thread's queries of the GPU queue must not invalidate a capture of the program's.
     let _relaxed = relaxed_capture();
     loop {
-        if EXITING.load(Acquire) || DEADLINE.load(Acquire) == u64::MAX {
-            WATCHER.store(false, Release);
+        if EXITING.load(Acquire) || DEADLINE[lane].load(Acquire) == u64::MAX {
+            WATCHER[lane].store(false, Release);
             return;
         }
-        let seen = *GATE.lock();
+        let seen = *GATE[lane].lock();
         if !seen.holding {
             // Woken by the next grant.
             std::thread::park_timeout(Duration::from_millis(500));
             continue;
         }
-        pacing::sample(|| sample_stream(&seen));
-        let idle = pacing::idle_for();
-        pauses::sampled(idle);
-        if extension_due(&seen) {
-            extend_early(&seen);
+        pacing::sample(lane, || sample_stream(lane, &seen));
+        let idle = pacing::idle_for(lane);
+        pauses::sampled(lane, idle);
+        if extension_due(lane, &seen) {
+            extend_early(lane, &seen);
             continue;
         }
-        if give_back_due(&seen, idle) {
+        if give_back_due(lane, &seen, idle) {
             // Closes the gate first, as a revocation does: a launch that passed it just before
             // reaches the driver within the revocation's slack, and the lease goes back then.
-            lease::give_back_soon();
+            lease::give_back_soon(lane);
             continue;
         }
-        if !release_due(&seen) {
-            let period = if pacing::relaxed() {
+        if !release_due(lane, &seen) {
+            let period = if pacing::relaxed(lane) {
                 RELAXED_SAMPLE_NS
             } else {
                 SAMPLE_NS
@@ -370,21 +362,23 @@ fn watch() {
             std::thread::park_timeout(Duration::from_nanos(period));
             continue;
         }
-        let mut lease = GATE.lock();
+        let mut lease = GATE[lane].lock();
         if *lease != seen || EXITING.load(Acquire) {
             continue; // renewed or released by a launching thread meanwhile
         }
         // Per-thread default streams of launching threads cannot be named from here.
         if lease.context != 0 && set_context(lease.context) {
-            wait_for_lease_work(lease.wait_limit(), |s| s as usize != CU_STREAM_PER_THREAD);
+            wait_for_lease_work(lane, lease.wait_limit(), |s| {
+                s as usize != CU_STREAM_PER_THREAD
+            });
         }
-        if CONTENDED.load(Relaxed) {
+        if CONTENDED[lane].load(Relaxed) {
             // Others wait: the memory moves out, as at a hand-over in a launching thread.
             residency::hand_over();
         }
         let device: Device = lease.device;
-        let busy = end_lease(&mut lease);
-        session::release(device.id, busy);
+        let busy = end_lease(lane, &mut lease);
+        session::release(lane, device.id, busy);
         stats::GIVEN_BACK.add(1);
     }
 }
@@ -400,43 +394,42 @@ fn extend_ahead(lease_ns: u64) -> u64 {
     lease_ns / 4
 }
 
-/// The lease the lease thread last asked to extend ahead of its end (its grant time): asked
-/// once per lease, however the daemon answers.
-static ASKED_AHEAD: AtomicU64 = AtomicU64::new(0);
+/// The lease each lane's lease thread last asked to extend ahead of its end (its grant time):
+/// asked once per lease, however the daemon answers.
+static ASKED_AHEAD: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 
-/// Whether the lease thread should ask now to extend `lease` ahead of its end: a batch client's
-/// lease, not revoked, with no thread of the process waiting for another GPU, in the last
-/// [`extend_ahead`] of it, not asked for yet, while the process has work on the GPU or launched
-/// within [`QUIET_NS`] (a process that left the GPU keeps no token by asking ahead).
-fn extension_due(lease: &Lease) -> bool {
+/// Whether the lease thread should ask now to extend `lease` of `lane` ahead of its end: a
+/// batch client's lease, not revoked, in the last [`extend_ahead`] of it, not asked for yet,
+/// while the process has work on the GPU or launched within [`QUIET_NS`] (a process that left
+/// the GPU keeps no token by asking ahead).
+fn extension_due(lane: Lane, lease: &Lease) -> bool {
     let now = now_ns();
     let left = lease.deadline.saturating_sub(now);
     left > 0
         && left <= extend_ahead(lease.deadline - lease.granted_at)
-        && ASKED_AHEAD.load(Relaxed) != lease.granted_at
-        && REVOKED_AT.load(Acquire) == 0
+        && ASKED_AHEAD[lane].load(Relaxed) != lease.granted_at
+        && REVOKED_AT[lane].load(Acquire) == 0
         && !INTERACTIVE.load(Relaxed)
-        && WANTED.load(Acquire) < 0
-        && pacing::idle_for().is_none_or(|t| t < QUIET_NS)
+        && pacing::idle_for(lane).is_none_or(|t| t < QUIET_NS)
 }
 
-/// Asks the daemon to extend `seen`, the lease still held, ahead of its end.
-fn extend_early(seen: &Lease) {
-    ASKED_AHEAD.store(seen.granted_at, Relaxed);
-    let mut lease = GATE.lock();
-    if *lease != *seen || EXITING.load(Acquire) || REVOKED_AT.load(Acquire) != 0 {
+/// Asks the daemon to extend `seen`, the lease of `lane` still held, ahead of its end.
+fn extend_early(lane: Lane, seen: &Lease) {
+    ASKED_AHEAD[lane].store(seen.granted_at, Relaxed);
+    let mut lease = GATE[lane].lock();
+    if *lease != *seen || EXITING.load(Acquire) || REVOKED_AT[lane].load(Acquire) != 0 {
         return; // renewed or released by a launching thread meanwhile
     }
-    if extend(&mut lease) {
+    if extend(lane, &mut lease) {
         stats::EXTENDED_AHEAD.add(1);
     }
 }
 
-/// The stream the lease thread may record a sampling marker on: the one launched on last, if
-/// this thread can name it (not a per-thread default stream) and it is not capturing, with the
-/// lease's context made current here.
-fn sample_stream(lease: &Lease) -> Option<CUstream> {
-    let stream = streams::last()?;
+/// The stream the lease thread of `lane` may record a sampling marker on: the one launched on
+/// last, if this thread can name it (not a per-thread default stream) and it is not capturing,
+/// with the lease's context made current here.
+fn sample_stream(lane: Lane, lease: &Lease) -> Option<CUstream> {
+    let stream = streams::last(lane)?;
     if stream as usize == CU_STREAM_PER_THREAD || lease.context == 0 {
         return None;
     }
@@ -448,33 +441,34 @@ fn sample_stream(lease: &Lease) -> Option<CUstream> {
 /// GPU (nothing queued, nothing launched, `idle`) since the lease began for [`contended_idle`],
 /// or for [`pauses::PAUSE_NS`] if its pauses have lately gone on past that
 /// ([`pauses::stays_away`]).
-fn give_back_due(lease: &Lease, idle: Option<u64>) -> bool {
+fn give_back_due(lane: Lane, lease: &Lease, idle: Option<u64>) -> bool {
     let since_grant = now_ns().saturating_sub(lease.granted_at);
-    let limit = if pauses::stays_away() {
+    let limit = if pauses::stays_away(lane) {
         pauses::PAUSE_NS
     } else {
         contended_idle(lease.deadline - lease.granted_at)
     };
-    CONTENDED.load(Relaxed)
+    CONTENDED[lane].load(Relaxed)
         && !INTERACTIVE.load(Relaxed)
-        && REVOKED_AT.load(Acquire) == 0
+        && REVOKED_AT[lane].load(Acquire) == 0
         && idle.is_some_and(|t| t.min(since_grant) >= limit)
 }
 
-/// Whether the lease thread should give `lease` back now.
-fn release_due(lease: &Lease) -> bool {
+/// Whether the lease thread should give `lease` of `lane` back now.
+fn release_due(lane: Lane, lease: &Lease) -> bool {
     let now = now_ns();
-    let revoked = REVOKED_AT.load(Acquire);
+    let revoked = REVOKED_AT[lane].load(Acquire);
     if revoked != 0 {
         return now >= revoked + REVOKE_SLACK_NS;
     }
-    if INTERACTIVE.load(Relaxed) && pacing::idle_for().is_some_and(|t| t >= INTERACTIVE_IDLE_NS) {
+    if INTERACTIVE.load(Relaxed) && pacing::idle_for(lane).is_some_and(|t| t >= INTERACTIVE_IDLE_NS)
+    {
         return true;
     }
     now >= lease
         .deadline
         .saturating_add(idle_slack(lease.deadline - lease.granted_at))
-        && pacing::idle_for().is_some_and(|t| t >= QUIET_NS)
+        && pacing::idle_for(lane).is_some_and(|t| t >= QUIET_NS)
 }
 
 fn set_context(ctx: usize) -> bool {
@@ -499,13 +493,13 @@ fn capturing(stream: CUstream) -> bool {
     r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE
 }
 
-/// Waits for the work launched during the lease on every stream it went to (those `nameable`
+/// Waits for the work launched during the lease of `lane` on every stream it went to (those `nameable`
 /// from this thread and not capturing): one timing-off event, recorded on each stream in turn
 /// and synchronized (its callers are in the relaxed capture mode, [`relaxed_capture`]). Returns
 /// true if all of them were already idle.
-fn wait_for_lease_work(limit_ns: u64, nameable: impl Fn(CUstream) -> bool) -> bool {
+fn wait_for_lease_work(lane: Lane, limit_ns: u64, nameable: impl Fn(CUstream) -> bool) -> bool {
     let mut used = [std::ptr::null_mut(); streams::MAX];
-    let n = streams::take(&mut used);
+    let n = streams::take(lane, &mut used);
     type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
     type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
     type OnEvent = unsafe extern "C" fn(CUevent) -> CUresult;

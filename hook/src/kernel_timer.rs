@@ -15,6 +15,7 @@ use crate::clock::now_ns;
 use crate::cuda::*;
 use crate::driver::{helper, Helper};
 use crate::fork_safe::ForkSafe;
+use crate::lanes::{Lane, PerLane};
 
 /// Least time between two timed launches.
 pub const TIME_EVERY_NS: u64 = 1_000_000;
@@ -26,8 +27,9 @@ pub const TIME_EVERY_NS: u64 = 1_000_000;
 /// beside the others' work (its rate fell to a twelfth).
 const SLOW_LAUNCH_NS: u64 = 50_000;
 
-/// A start was recorded before the launch under way: record the end after it.
-static END_DUE: AtomicBool = AtomicBool::new(false);
+/// A start was recorded before the launch under way: record the end after it (per lane).
+static END_DUE: PerLane<AtomicBool> =
+    PerLane([const { AtomicBool::new(false) }; crate::lanes::MAX]);
 
 struct Timer {
     /// The pair of events (timing on), created in the context of the first timed launch.
@@ -45,13 +47,16 @@ struct Timer {
 // SAFETY: events and streams are plain driver handles, usable from any thread of the process.
 unsafe impl Send for Timer {}
 
-static TIMER: ForkSafe<Timer> = ForkSafe::new(Timer {
+const IDLE: Timer = Timer {
     events: None,
     stream: std::ptr::null_mut(),
     in_flight: false,
     last: 0,
     host_ns: 0,
-});
+};
+
+static TIMER: PerLane<ForkSafe<Timer>> =
+    PerLane([const { ForkSafe::new(IDLE) }; crate::lanes::MAX]);
 
 type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
 type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
@@ -63,17 +68,17 @@ fn record_fn() -> Option<Record> {
     unsafe { helper::<Record>(Helper::cuEventRecord) }
 }
 
-/// Before a launch on `stream`: starts timing it, unless a pair is in flight or the last one
-/// started less than [`TIME_EVERY_NS`] ago.
-pub fn before_launch(stream: CUstream) {
+/// Before a launch on `stream` in `lane`: starts timing it, unless a pair is in flight or the
+/// last one started less than [`TIME_EVERY_NS`] ago.
+pub fn before_launch(lane: Lane, stream: CUstream) {
     let now = now_ns();
-    let mut t = TIMER.lock();
+    let mut t = TIMER[lane].lock();
     if t.in_flight || now.saturating_sub(t.last) < TIME_EVERY_NS {
         return;
     }
     // An end still due a millisecond after its start never came (the launch did not follow on
     // that stream): that timing is given up.
-    END_DUE.store(false, Relaxed);
+    END_DUE[lane].store(false, Relaxed);
     let Some(record) = record_fn() else {
         return;
     };
@@ -91,25 +96,25 @@ pub fn before_launch(stream: CUstream) {
         return;
     }
     t.stream = stream;
-    END_DUE.store(true, Relaxed);
+    END_DUE[lane].store(true, Relaxed);
     crate::stats::TIMED.add(1);
 }
 
-/// After a launch on `stream`: ends the timing started before it.
+/// After a launch on `stream` in `lane`: ends the timing started before it.
 #[inline(always)]
-pub fn after_launch(stream: CUstream) {
-    if END_DUE.load(Relaxed) {
-        end(stream);
+pub fn after_launch(lane: Lane, stream: CUstream) {
+    if END_DUE[lane].load(Relaxed) {
+        end(lane, stream);
     }
 }
 
 #[cold]
-fn end(stream: CUstream) {
-    let mut t = TIMER.lock();
-    if !END_DUE.load(Relaxed) || t.stream != stream {
+fn end(lane: Lane, stream: CUstream) {
+    let mut t = TIMER[lane].lock();
+    if !END_DUE[lane].load(Relaxed) || t.stream != stream {
         return; // another thread's launch on another stream
     }
-    END_DUE.store(false, Relaxed);
+    END_DUE[lane].store(false, Relaxed);
     let (Some(record), Some((_, end))) = (record_fn(), t.events) else {
         return;
     };
@@ -120,8 +125,8 @@ fn end(stream: CUstream) {
 
 /// The GPU time of the timed launch, once its pair has completed (then only once); `None` too
 /// for a launch slow on the host ([`SLOW_LAUNCH_NS`]).
-pub fn take() -> Option<u64> {
-    let mut t = TIMER.lock();
+pub fn take(lane: Lane) -> Option<u64> {
+    let mut t = TIMER[lane].lock();
     if !t.in_flight {
         return None;
     }
@@ -188,17 +193,11 @@ fn destroy(pair: Option<(CUevent, CUevent)>) {
 }
 
 pub fn after_fork_in_child() {
-    END_DUE.store(false, Relaxed);
-    // SAFETY: called from the fork child handler; the parent's events are not the child's.
-    unsafe {
-        TIMER.reset(Timer {
-            events: None,
-            stream: std::ptr::null_mut(),
-            in_flight: false,
-            last: 0,
-            host_ns: 0,
-        })
-    };
+    for lane in Lane::all() {
+        END_DUE[lane].store(false, Relaxed);
+        // SAFETY: called from the fork child handler; the parent's events are not the child's.
+        unsafe { TIMER[lane].reset(IDLE) };
+    }
 }
 
 #[cfg(test)]

@@ -61,9 +61,9 @@ pub unsafe fn kernel(
         handle: stream,
         per_thread,
     };
-    gate::enter(s);
+    let lane = gate::enter(s);
     let r = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
-    gate::leave(s);
+    gate::leave(lane, s);
     r
 }
 
@@ -85,9 +85,9 @@ pub unsafe fn kernel_ex(
             per_thread,
         }
     };
-    gate::enter(stream);
+    let lane = gate::enter(stream);
     let r = real(config, f, params, extra);
-    gate::leave(stream);
+    gate::leave(lane, stream);
     r
 }
 
@@ -111,9 +111,9 @@ pub unsafe fn cooperative(
         handle: stream,
         per_thread,
     };
-    gate::enter(s);
+    let lane = gate::enter(s);
     let r = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
-    gate::leave(s);
+    gate::leave(lane, s);
     r
 }
 
@@ -141,8 +141,8 @@ pub unsafe fn graph(
         handle: stream,
         per_thread,
     };
-    gate::enter(s);
+    let lane = gate::enter(s);
     let r = real(exec, stream);
-    gate::leave(s);
+    gate::leave(lane, s);
     r
 }

@@ -1,50 +1,59 @@
-//! The lease: what the gate knows of this process's turn on the GPU, kept here for those that
-//! end it or look at it without going through the gate (the watch connection revokes it, the
-//! session ungates the process and resets it in a fork child, residency asks how long it has
-//! left), and the process's exit flag.
+//! The leases: what the gate knows of this process's turns on its GPUs, one lease per lane
+//! ([`crate::lanes`]), kept here for those that end one or look at it without going through the
+//! gate (the watch connection revokes it, the session ungates the process and resets it in a
+//! fork child, residency asks how long it has left), and the process's exit flag.
 //!
-//! The launch fast path reads [`GATE_AT`] only; the gate changes the rest as leases come and go.
+//! The launch fast path reads its lane's [`GATE_AT`] only; the gate changes the rest as leases
+//! come and go.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 
 use crate::clock::now_ns;
 use crate::devices::Device;
 use crate::fork_safe::ForkSafe;
+use crate::lanes::{Lane, PerLane, MAX};
 use crate::{pacing, streams};
 
-/// End of the current lease in [`fast_now`](crate::clock::fast_now) units; 0 = no lease,
+/// End of the lane's current lease in [`fast_now`](crate::clock::fast_now) units; 0 = no lease,
 /// `u64::MAX` = ungated.
-pub static DEADLINE: AtomicU64 = AtomicU64::new(0);
-/// When a launch next leaves the fast path: the deadline or the next queue check, whichever
-/// comes first ([`fast_now`](crate::clock::fast_now) units, `u64::MAX` = ungated).
-pub static GATE_AT: AtomicU64 = AtomicU64::new(0);
+pub static DEADLINE: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
+/// When a launch in the lane next leaves the fast path: the deadline or the next queue check,
+/// whichever comes first ([`fast_now`](crate::clock::fast_now) units, `u64::MAX` = ungated, in
+/// every lane at once).
+pub static GATE_AT: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 /// How long a queue check may wait for the GPU (four leases, at least 100 ms).
-pub static WAIT_LIMIT_NS: AtomicU64 = AtomicU64::new(100_000_000);
-/// The daemon revoked the current lease (for an interactive client), at this [`now_ns`].
-pub static REVOKED_AT: AtomicU64 = AtomicU64::new(0);
+pub static WAIT_LIMIT_NS: PerLane<AtomicU64> =
+    PerLane([const { AtomicU64::new(100_000_000) }; MAX]);
+/// The daemon revoked the lane's current lease (for an interactive client), at this [`now_ns`].
+pub static REVOKED_AT: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 /// This process's client is interactive: it gives a lease back as soon as its work is done.
 pub static INTERACTIVE: AtomicBool = AtomicBool::new(false);
-/// Other processes waited for the token when the current lease was granted or last extended:
-/// the lease thread gives it back once this process leaves the GPU for a while (the gate's
-/// `contended_idle`).
-pub static CONTENDED: AtomicBool = AtomicBool::new(false);
-/// The device ordinal of the current lease, for the launch path of a process on several GPUs.
-pub static LEASE_ORDINAL: AtomicI32 = AtomicI32::new(-1);
-/// End of the current lease in [`now_ns`] units (0: none), for readers off the launch path.
-pub static LEASE_END_NS: AtomicU64 = AtomicU64::new(0);
-pub static GATE: ForkSafe<Lease> = ForkSafe::new(Lease::NONE);
-/// The idle releaser thread runs (see the gate's lease thread).
-pub static WATCHER: AtomicBool = AtomicBool::new(false);
-/// The idle releaser, woken at each grant.
-pub static WATCHER_THREAD: ForkSafe<Option<std::thread::Thread>> = ForkSafe::new(None);
+/// Other processes waited for the token when the lane's current lease was granted or last
+/// extended: the lease thread gives it back once this process leaves the GPU for a while (the
+/// gate's `contended_idle`).
+pub static CONTENDED: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
+/// The device ordinal of the lane's current lease, for the launch path of a process on GPUs
+/// whose ordinals share a lane.
+pub static LEASE_ORDINAL: PerLane<AtomicI32> = PerLane([const { AtomicI32::new(-1) }; MAX]);
+/// End of the lane's current lease in [`now_ns`] units (0: none), for readers off the launch
+/// path.
+pub static LEASE_END_NS: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
+pub static GATE: PerLane<ForkSafe<Lease>> = PerLane([const { ForkSafe::new(Lease::NONE) }; MAX]);
+/// The lane's lease thread runs (see the gate's lease thread).
+pub static WATCHER: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
+/// The lane's lease thread, woken at each grant.
+pub static WATCHER_THREAD: PerLane<ForkSafe<Option<std::thread::Thread>>> =
+    PerLane([const { ForkSafe::new(None) }; MAX]);
 /// Set by an `atexit` handler: from then on the hook neither waits for nor talks to the daemon,
 /// and the idle releaser makes no more driver calls.
 pub static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// Launches pass through from now on (unmanaged).
+/// Launches pass through from now on (unmanaged), on every GPU.
 pub fn ungate() {
-    DEADLINE.store(u64::MAX, Release);
-    GATE_AT.store(u64::MAX, Release);
+    for lane in Lane::all() {
+        DEADLINE[lane].store(u64::MAX, Release);
+        GATE_AT[lane].store(u64::MAX, Release);
+    }
 }
 
 /// How the daemon wants this process's leases used (from its Welcome).
@@ -53,8 +62,8 @@ pub fn configure(queue_ahead_ns: u64, interactive: bool) {
     INTERACTIVE.store(interactive, Release);
 }
 
-/// What the watch connection said, by lease number. Leases are numbered by the grants this
-/// session got, as the daemon counts them; a notice names the lease it is about, and may come
+/// What the watch connection said about a lane's leases, by lease number. Leases are numbered
+/// by the grants this session got for the lane's GPU, as the daemon counts them; a notice names the lease it is about, and may come
 /// before the grant of that lease was handled here, or after the lease ended. One lock orders
 /// the notices with the grants: a notice acts on the lease it names and on no other.
 struct Notices {
@@ -69,7 +78,7 @@ struct Notices {
     contended_for: u64,
 }
 
-static NOTICES: ForkSafe<Notices> = ForkSafe::new(Notices::NONE);
+static NOTICES: PerLane<ForkSafe<Notices>> = PerLane([const { ForkSafe::new(Notices::NONE) }; MAX]);
 
 impl Notices {
     const NONE: Notices = Notices {
@@ -81,101 +90,105 @@ impl Notices {
     };
 }
 
-/// A new session: leases are numbered from 1 again.
+/// A new session: leases are numbered from 1 again, in every lane.
 pub fn restart_numbering() {
-    *NOTICES.lock() = Notices::NONE;
+    for n in NOTICES.iter() {
+        *n.lock() = Notices::NONE;
+    }
 }
 
-/// A grant came (`shared`: granted beside others; `contended`: others wait for the token): the
-/// next lease number. Sets whether the lease is shared and contended, and so it is if a
-/// `Joined` or a `Contended` for it came first.
-pub fn count_grant(shared: bool, contended: bool) -> u64 {
-    let mut n = NOTICES.lock();
+/// A grant for `lane` came (`shared`: granted beside others; `contended`: others wait for the
+/// token): the lane's next lease number. Sets whether the lease is shared and contended, and so
+/// it is if a `Joined` or a `Contended` for it came first.
+pub fn count_grant(lane: Lane, shared: bool, contended: bool) -> u64 {
+    let mut n = NOTICES[lane].lock();
     n.grants_seen += 1;
-    pacing::set_shared(shared);
+    pacing::set_shared(lane, shared);
     if n.joined_for == n.grants_seen {
-        pacing::joined(n.joined_at);
+        pacing::joined(lane, n.joined_at);
     }
-    CONTENDED.store(contended || n.contended_for == n.grants_seen, Relaxed);
+    CONTENDED[lane].store(contended || n.contended_for == n.grants_seen, Relaxed);
     n.grants_seen
 }
 
-/// Another process waits for the token that lease number `lease` holds (the daemon's
-/// `Contended`).
-pub fn contended(lease: u64) {
-    let mut n = NOTICES.lock();
+/// Another process waits for the token that lease number `lease` of `lane` holds (the
+/// daemon's `Contended`).
+pub fn contended(lane: Lane, lease: u64) {
+    let mut n = NOTICES[lane].lock();
     n.contended_for = lease;
     if n.grants_seen == lease {
-        CONTENDED.store(true, Relaxed);
+        CONTENDED[lane].store(true, Relaxed);
     }
 }
 
-/// Another lease started beside lease number `lease` at `at_ns` (the daemon's `Joined`).
-pub fn joined(lease: u64, at_ns: u64) {
-    let mut n = NOTICES.lock();
+/// Another lease started beside lease number `lease` of `lane` at `at_ns` (the daemon's
+/// `Joined`).
+pub fn joined(lane: Lane, lease: u64, at_ns: u64) {
+    let mut n = NOTICES[lane].lock();
     n.joined_for = lease;
     n.joined_at = at_ns;
     if n.grants_seen == lease {
-        pacing::joined(at_ns);
+        pacing::joined(lane, at_ns);
     }
 }
 
-/// The daemon revoked lease number `lease`: it ends at the next launch, or in the lease thread;
-/// one whose grant is still on its way ends when it is published ([`published`]).
-pub fn revoke(lease: u64) {
-    let mut n = NOTICES.lock();
+/// The daemon revoked lease number `lease` of `lane`: it ends at the next launch, or in the
+/// lease thread; one whose grant is still on its way ends when it is published ([`published`]).
+pub fn revoke(lane: Lane, lease: u64) {
+    let mut n = NOTICES[lane].lock();
     n.revoke_for = lease;
     if n.grants_seen == lease {
-        revoke_now();
+        revoke_now(lane);
     }
 }
 
-/// The gate opened for the lease counted last (its deadline stored): a revocation that came
-/// before is applied now. Under the lock, so that one applied meanwhile by the watch connection
-/// comes after the gate opened, or is applied here.
-pub fn published() {
-    let n = NOTICES.lock();
+/// The gate of `lane` opened for the lease counted last (its deadline stored): a revocation
+/// that came before is applied now. Under the lock, so that one applied meanwhile by the watch
+/// connection comes after the gate opened, or is applied here.
+pub fn published(lane: Lane) {
+    let n = NOTICES[lane].lock();
     if n.revoke_for == n.grants_seen {
-        revoke_now();
+        revoke_now(lane);
     }
 }
 
-/// The lease thread gives the lease back before its end (others wait and the process left the
-/// GPU): the gate closes now, as for a revocation, and the lease goes back after the
+/// The lease thread gives the lease of `lane` back before its end (others wait and the process
+/// left the GPU): the gate closes now, as for a revocation, and the lease goes back after the
 /// revocation's slack.
-pub fn give_back_soon() {
-    revoke_now();
+pub fn give_back_soon(lane: Lane) {
+    revoke_now(lane);
 }
 
-fn revoke_now() {
-    if DEADLINE.load(Acquire) == u64::MAX {
+fn revoke_now(lane: Lane) {
+    if DEADLINE[lane].load(Acquire) == u64::MAX {
         return;
     }
-    REVOKED_AT.store(now_ns().max(1), Release);
-    DEADLINE.store(0, Release);
-    GATE_AT.store(0, Release);
-    wake_watcher();
+    REVOKED_AT[lane].store(now_ns().max(1), Release);
+    DEADLINE[lane].store(0, Release);
+    GATE_AT[lane].store(0, Release);
+    wake_watcher(lane);
 }
 
-/// Closes the gate: no lease.
-pub fn withdraw() {
-    LEASE_END_NS.store(0, Relaxed);
-    DEADLINE.store(0, Release);
-    GATE_AT.store(0, Release);
+/// Closes the gate of `lane`: no lease.
+pub fn withdraw(lane: Lane) {
+    LEASE_END_NS[lane].store(0, Relaxed);
+    DEADLINE[lane].store(0, Release);
+    GATE_AT[lane].store(0, Release);
 }
 
-pub fn wake_watcher() {
-    if let Some(t) = WATCHER_THREAD.lock().as_ref() {
+pub fn wake_watcher(lane: Lane) {
+    if let Some(t) = WATCHER_THREAD[lane].lock().as_ref() {
         t.unpark();
     }
 }
 
-/// Nanoseconds left of this process's lease (0 without one, `u64::MAX` when ungated).
-pub fn lease_left_ns() -> u64 {
-    if DEADLINE.load(Acquire) == u64::MAX {
+/// Nanoseconds left of this process's lease in `lane` (0 without one, `u64::MAX` when
+/// ungated).
+pub fn lease_left_ns(lane: Lane) -> u64 {
+    if DEADLINE[lane].load(Acquire) == u64::MAX {
         return u64::MAX;
     }
-    LEASE_END_NS.load(Relaxed).saturating_sub(now_ns())
+    LEASE_END_NS[lane].load(Relaxed).saturating_sub(now_ns())
 }
 
 /// True once the process has started to exit.
@@ -249,19 +262,21 @@ impl Lease {
 }
 
 pub fn after_fork_in_child() {
-    withdraw();
-    REVOKED_AT.store(0, Release);
-    CONTENDED.store(false, Relaxed);
-    // SAFETY: called from the fork child handler.
-    unsafe { NOTICES.reset(Notices::NONE) };
+    for lane in Lane::all() {
+        withdraw(lane);
+        REVOKED_AT[lane].store(0, Release);
+        CONTENDED[lane].store(false, Relaxed);
+        // SAFETY: called from the fork child handler.
+        unsafe { NOTICES[lane].reset(Notices::NONE) };
+        // The lease threads do not exist in the child.
+        WATCHER[lane].store(false, Release);
+        // SAFETY: called from the fork child handler.
+        unsafe { WATCHER_THREAD[lane].reset(None) };
+        streams::take(lane, &mut [std::ptr::null_mut(); streams::MAX]);
+        // SAFETY: called from the fork child handler.
+        unsafe { GATE[lane].reset(Lease::NONE) };
+    }
     pacing::after_fork_in_child();
-    // The idle releaser thread does not exist in the child.
-    WATCHER.store(false, Release);
-    // SAFETY: called from the fork child handler.
-    unsafe { WATCHER_THREAD.reset(None) };
-    streams::take(&mut [std::ptr::null_mut(); streams::MAX]);
-    // SAFETY: called from the fork child handler.
-    unsafe { GATE.reset(Lease::NONE) };
 }
 
 #[cfg(test)]
@@ -273,53 +288,71 @@ mod tests {
     #[test]
     fn notices_apply_to_the_lease_they_name() {
         let _globals = crate::stats::TEST_GLOBALS.lock();
-        let open = |lease: u64| {
-            assert_eq!(count_grant(false, false), lease);
-            REVOKED_AT.store(0, SeqCst);
-            DEADLINE.store(1 << 40, SeqCst);
-            published();
+        let (l, other) = (Lane::of(2), Lane::of(7));
+        let open = |lane: Lane, lease: u64| {
+            assert_eq!(count_grant(lane, false, false), lease);
+            REVOKED_AT[lane].store(0, SeqCst);
+            DEADLINE[lane].store(1 << 40, SeqCst);
+            published(lane);
         };
         restart_numbering();
-        revoke(1);
-        assert_eq!(REVOKED_AT.load(SeqCst), 0, "lease 1 not granted yet");
-        open(1);
-        assert_ne!(REVOKED_AT.load(SeqCst), 0, "revoked once granted");
-        assert_eq!(DEADLINE.load(SeqCst), 0);
-        open(2);
-        revoke(1);
+        revoke(l, 1);
+        assert_eq!(REVOKED_AT[l].load(SeqCst), 0, "lease 1 not granted yet");
+        open(other, 1);
         assert_eq!(
-            REVOKED_AT.load(SeqCst),
+            REVOKED_AT[other].load(SeqCst),
+            0,
+            "another GPU's lease 1: nothing"
+        );
+        open(l, 1);
+        assert_ne!(REVOKED_AT[l].load(SeqCst), 0, "revoked once granted");
+        assert_eq!(DEADLINE[l].load(SeqCst), 0);
+        assert_ne!(
+            DEADLINE[other].load(SeqCst),
+            0,
+            "the other GPU's lease runs on"
+        );
+        open(l, 2);
+        revoke(l, 1);
+        assert_eq!(
+            REVOKED_AT[l].load(SeqCst),
             0,
             "about the lease before: nothing"
         );
-        assert_ne!(DEADLINE.load(SeqCst), 0);
-        revoke(2);
-        assert_ne!(REVOKED_AT.load(SeqCst), 0, "about this one: at once");
-        assert_eq!(DEADLINE.load(SeqCst), 0);
+        assert_ne!(DEADLINE[l].load(SeqCst), 0);
+        revoke(l, 2);
+        assert_ne!(REVOKED_AT[l].load(SeqCst), 0, "about this one: at once");
+        assert_eq!(DEADLINE[l].load(SeqCst), 0);
 
-        joined(4, 0);
-        open(3);
-        assert!(!pacing::shared(), "a Joined for the next lease");
-        assert_eq!(count_grant(false, false), 4);
-        assert!(pacing::shared(), "shared once lease 4 is granted");
-        joined(3, 0);
-        assert_eq!(count_grant(false, false), 5);
-        assert!(!pacing::shared(), "a late Joined for an earlier lease");
+        joined(l, 4, 0);
+        open(l, 3);
+        assert!(!pacing::shared(l), "a Joined for the next lease");
+        assert_eq!(count_grant(l, false, false), 4);
+        assert!(pacing::shared(l), "shared once lease 4 is granted");
+        assert!(!pacing::shared(other));
+        joined(l, 3, 0);
+        assert_eq!(count_grant(l, false, false), 5);
+        assert!(!pacing::shared(l), "a late Joined for an earlier lease");
 
-        contended(6);
-        assert!(!CONTENDED.load(SeqCst), "a Contended for the next lease");
-        assert_eq!(count_grant(false, false), 6);
-        assert!(CONTENDED.load(SeqCst), "contended once lease 6 is granted");
-        assert_eq!(count_grant(false, false), 7);
-        assert!(!CONTENDED.load(SeqCst), "granted uncontended");
-        contended(6);
+        contended(l, 6);
+        assert!(!CONTENDED[l].load(SeqCst), "a Contended for the next lease");
+        assert_eq!(count_grant(l, false, false), 6);
         assert!(
-            !CONTENDED.load(SeqCst),
+            CONTENDED[l].load(SeqCst),
+            "contended once lease 6 is granted"
+        );
+        assert!(!CONTENDED[other].load(SeqCst));
+        assert_eq!(count_grant(l, false, false), 7);
+        assert!(!CONTENDED[l].load(SeqCst), "granted uncontended");
+        contended(l, 6);
+        assert!(
+            !CONTENDED[l].load(SeqCst),
             "a late Contended for an earlier lease"
         );
-        contended(7);
-        assert!(CONTENDED.load(SeqCst), "about this one: at once");
-        withdraw();
+        contended(l, 7);
+        assert!(CONTENDED[l].load(SeqCst), "about this one: at once");
+        withdraw(l);
+        withdraw(other);
         restart_numbering();
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! - launches wait for the GPU token ([`gate`]): a cheap clock compare on each launch, a round
 //!   trip to the daemon only when the lease has run out or was revoked ([`revocation`]); a
-//!   holder keeps a bounded amount of work queued on the GPU ([`pacing`]);
+//!   holder keeps a bounded amount of work queued on the GPU ([`pacing`]); a process on several
+//!   GPUs holds each GPU's lease on its own ([`lanes`]);
 //! - allocations are counted against the client's memory cap ([`memory`], [`ledger`]), and the
 //!   memory-size queries report the cap;
 //! - an oversubscribing client's device allocations are managed memory, moved out and back in
@@ -25,7 +26,7 @@
 //! path against it):
 //!
 //! 1. primitives: [`env`], [`cuda`], [`clock`], [`guard`], [`stats`], [`fork_safe`], [`ledger`],
-//!    [`streams`], and at the side the daemon's wire link, [`daemon_link`];
+//!    [`lanes`], [`streams`], and at the side the daemon's wire link, [`daemon_link`];
 //! 2. the interposition table: [`driver`] (the real functions' slots, symbol resolution and the
 //!    table of wrapped symbols), [`interpose`] (the `dlsym` and `cuGetProcAddress` decisions)
 //!    and [`devices`] (which GPU a call is about);
@@ -53,6 +54,7 @@ mod grant_wait;
 mod guard;
 mod interpose;
 mod kernel_timer;
+mod lanes;
 mod launch;
 mod lease;
 mod ledger;

@@ -12,9 +12,11 @@
 //! past the point where a contended lease goes back anyway. After [`PAUSES_LEARNT`] long ones in
 //! a row, a contended lease goes back once the process has left the GPU for [`PAUSE_NS`]; a
 //! pause that ends sooner makes the process hold its leases as before until it has shown long
-//! pauses again.
+//! pauses again. Each GPU's lane ([`crate::lanes`]) keeps its own count.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use crate::lanes::{Lane, PerLane, MAX};
 
 /// How long a process that pauses long must have left the GPU before its contended lease goes
 /// back, and the shortest pause that counts.
@@ -23,42 +25,46 @@ pub const PAUSE_NS: u64 = 500_000;
 pub const PAUSES_LEARNT: u32 = 2;
 
 /// Long pauses in a row.
-static LONG: AtomicU32 = AtomicU32::new(0);
+static LONG: PerLane<AtomicU32> = PerLane([const { AtomicU32::new(0) }; MAX]);
 /// The longest idle time the lease thread has seen in the pause under way (0: none seen).
-static PEAK: AtomicU64 = AtomicU64::new(0);
+static PEAK: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 /// A pause at least this long is long: the idle time after which the last lease, contended,
 /// went back anyway.
-static LONG_AFTER: AtomicU64 = AtomicU64::new(u64::MAX);
+static LONG_AFTER: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(u64::MAX) }; MAX]);
 
-/// A lease was granted whose contended idle limit is `long_after_ns`.
-pub fn granted(long_after_ns: u64) {
-    LONG_AFTER.store(long_after_ns, Relaxed);
+/// A lease of `lane` was granted whose contended idle limit is `long_after_ns`.
+pub fn granted(lane: Lane, long_after_ns: u64) {
+    LONG_AFTER[lane].store(long_after_ns, Relaxed);
 }
 
-/// The lease thread's sample of how long the process has been idle (`None`: it has work on the
+/// The lease thread's sample of how long the process has been idle on the GPU of `lane` (`None`: it has work on the
 /// GPU): a pause that ends while the lease is held is counted here.
-pub fn sampled(idle_ns: Option<u64>) {
+pub fn sampled(lane: Lane, idle_ns: Option<u64>) {
     let t = idle_ns.unwrap_or(0);
-    let peak = PEAK.load(Relaxed);
+    let peak = PEAK[lane].load(Relaxed);
     if peak > 0 && t < peak {
-        ended(0); // it launched since
+        ended(lane, 0); // it launched since
     }
     if t >= PAUSE_NS {
-        PEAK.fetch_max(t, Relaxed);
+        PEAK[lane].fetch_max(t, Relaxed);
     }
 }
 
-/// The process launches again after having been idle `idle_ns` (at the gate, asking for a
-/// lease): the pause under way, if one, ends.
-pub fn ended(idle_ns: u64) {
-    let pause = PEAK.swap(0, Relaxed).max(idle_ns);
-    let count = next_count(LONG.load(Relaxed), pause, LONG_AFTER.load(Relaxed));
-    LONG.store(count, Relaxed);
+/// The process launches again on the GPU of `lane` after having been idle there `idle_ns` (at
+/// the gate, asking for a lease): the pause under way, if one, ends.
+pub fn ended(lane: Lane, idle_ns: u64) {
+    let pause = PEAK[lane].swap(0, Relaxed).max(idle_ns);
+    let count = next_count(
+        LONG[lane].load(Relaxed),
+        pause,
+        LONG_AFTER[lane].load(Relaxed),
+    );
+    LONG[lane].store(count, Relaxed);
 }
 
-/// Whether the process has shown that it stays away once it pauses.
-pub fn stays_away() -> bool {
-    LONG.load(Relaxed) >= PAUSES_LEARNT
+/// Whether the process has shown on the GPU of `lane` that it stays away once it pauses.
+pub fn stays_away(lane: Lane) -> bool {
+    LONG[lane].load(Relaxed) >= PAUSES_LEARNT
 }
 
 /// The count of long pauses in a row after one of `pause_ns` ends (pure): pauses shorter than

@@ -156,9 +156,12 @@ pub fn regained() {
 }
 
 /// True when a PyTorch process should release its cached memory now: its client asks for it,
-/// others wait for the token, and the lease ends within `horizon_ns` (or is over).
+/// others wait for the token, and the lease of the calling thread's GPU ends within
+/// `horizon_ns` (or is over).
 pub fn release_due(horizon_ns: u64) -> bool {
-    releasing_cache() && CONTENDED.load(Relaxed) && lease_left_ns() <= horizon_ns
+    releasing_cache()
+        && CONTENDED.load(Relaxed)
+        && lease_left_ns(crate::devices::current().lane()) <= horizon_ns
 }
 
 /// The client releases PyTorch's cached memory (`release_cache`).

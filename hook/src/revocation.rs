@@ -1,6 +1,7 @@
 //! The watch connection: a second connection to the daemon, read by a thread of its own, on
-//! which the daemon revokes this process's lease when an interactive client wants the GPU, and
-//! says when another process's lease started beside this one's.
+//! which the daemon revokes one of this process's leases when an interactive client wants that
+//! GPU, and says when another process's lease started beside one of this one's; each notice
+//! names its GPU, and goes to that GPU's lane.
 //!
 //! The thread blocks in a read and does nothing else; when the daemon goes away the read ends,
 //! the thread tells the session (which re-attaches) and ends.
@@ -55,9 +56,25 @@ fn read(mut link: Link, session: u64) {
             break;
         }
         match reply {
-            Reply::Revoke { lease } => crate::lease::revoke(lease),
-            Reply::Joined { lease, at_ns } => crate::lease::joined(lease, at_ns),
-            Reply::Contended { lease } => crate::lease::contended(lease),
+            Reply::Revoke { lease, device } => {
+                if let Some(lane) = crate::devices::lane_of(device) {
+                    crate::lease::revoke(lane, lease);
+                }
+            }
+            Reply::Joined {
+                lease,
+                at_ns,
+                device,
+            } => {
+                if let Some(lane) = crate::devices::lane_of(device) {
+                    crate::lease::joined(lane, lease, at_ns);
+                }
+            }
+            Reply::Contended { lease, device } => {
+                if let Some(lane) = crate::devices::lane_of(device) {
+                    crate::lease::contended(lane, lease);
+                }
+            }
             _ => {}
         }
     }

@@ -1,4 +1,6 @@
-//! Attachment to the daemon: one connection per process, opened on first CUDA use.
+//! Attachment to the daemon: one session per process, opened on first CUDA use. Requests about
+//! a GPU's token go on the lane's own connection to the session ([`Request::Lane`]), opened on
+//! its first request, so that a thread that waits for one GPU's grant holds up no other GPU.
 //!
 //! The environment is read once here (`GPUSHARE_SOCKET`, `GPUSHARE_CLIENT`,
 //! `GPUSHARE_NO_DAEMON`, `GPUSHARE_REATTACH`), never on the hot path, and not at all in a
@@ -25,6 +27,7 @@ use crate::cuda::{CUresult, CUDA_ERROR_NOT_PERMITTED};
 use crate::daemon_link::Link;
 use crate::fork_safe::ForkSafe;
 use crate::guard::say;
+use crate::lanes::{Lane, PerLane, MAX};
 use crate::lease::{self, Lease, GATE};
 use crate::ledger::LEDGER;
 
@@ -53,6 +56,11 @@ static LINK_FD: AtomicI32 = AtomicI32::new(-1);
 /// This process's session id with the daemon (for its watch connection).
 static SESSION_ID: AtomicU64 = AtomicU64::new(0);
 static SESSION: ForkSafe<Option<Link>> = ForkSafe::new(None);
+/// Each lane's connection: the session it belongs to, the GPU it is for, and the link.
+static LANE_LINKS: PerLane<ForkSafe<Option<(u64, DeviceId, Link)>>> =
+    PerLane([const { ForkSafe::new(None) }; MAX]);
+/// The lanes' connections' descriptors (-1: none), for a fork child to close.
+static LANE_FDS: PerLane<AtomicI32> = PerLane([const { AtomicI32::new(-1) }; MAX]);
 static ATFORK: AtomicBool = AtomicBool::new(false);
 /// Where the daemon is and which client this process attached as (from the first attach).
 static TARGET: OnceLock<(PathBuf, String)> = OnceLock::new();
@@ -201,10 +209,11 @@ fn attach_slow() -> Attach {
             *session = Some(link);
             lease::restart_numbering();
             SESSION_ID.store(session_id, Release);
+            // Before the state says managed: lanes are opened to it.
+            let _ = TARGET.set((socket.clone(), client));
             let attached = settle(MANAGED);
             // Once managed, so that a daemon gone already is noticed through it.
             crate::revocation::watch(&socket, session_id, watch_closed);
-            let _ = TARGET.set((socket, client));
             attached
         }
         Ok(Reply::Error { code, message }) => {
@@ -407,8 +416,8 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
         }
         other => return Err(Retry::Refused(format!("unexpected answer {other:?}"))),
     };
-    // Lock order: the gate, the session, the books of the away time, the record.
-    let mut gate = GATE.lock();
+    // Lock order: the gates (lane by lane), the session, the books of the away time, the record.
+    let mut gates: Vec<_> = GATE.iter().map(|g| g.lock()).collect();
     let mut session = SESSION.lock();
     if STATE.load(Acquire) != AWAY {
         return Ok(()); // gave up meanwhile, or the process exits: the connection just closes
@@ -420,8 +429,10 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
     LINK_FD.store(link.fd(), Release);
     lease::restart_numbering();
     SESSION_ID.store(session_id, Release);
-    *gate = Lease::NONE;
-    lease::withdraw();
+    for (gate, lane) in gates.iter_mut().zip(Lane::all()) {
+        **gate = Lease::NONE;
+        lease::withdraw(lane);
+    }
     STATE.store(MANAGED, Release);
     drop(books);
     // What was allocated or freed while the Hello was on its way.
@@ -432,7 +443,7 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
         return Err(Retry::Later(e));
     }
     drop(session);
-    drop(gate);
+    drop(gates);
     crate::revocation::watch(socket, session_id, watch_closed);
     Ok(())
 }
@@ -499,70 +510,131 @@ fn unexpected(r: Reply) -> std::io::Error {
     )
 }
 
-/// Blocks until the daemon grants the token of `device` (spinning first for at most `spin`);
-/// the lease length, or `None` when unmanaged.
-pub fn acquire(device: DeviceId, spin: Duration) -> Option<u64> {
-    with_link(
-        |l| match l.call_untimed(&Request::Acquire { device }, spin)? {
-            Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
-            r => Err(unexpected(r)),
-        },
-    )
-}
-
-/// A grant of `lease_ns` with `flags` arrived (`extended`: in answer to an extension): counts
-/// the lease and tells the pacer whether it is shared, whether its queue must stay short for an
-/// interactive client, and whether it was extended.
-fn granted(lease_ns: u64, flags: u32, extended: bool) -> u64 {
-    crate::lease::count_grant(
-        flags & proto::protocol::GRANT_SHARED != 0,
-        flags & proto::protocol::GRANT_CONTENDED != 0,
-    );
-    crate::pacing::set_tight(flags & proto::protocol::GRANT_TIGHT != 0);
-    crate::pacing::set_extended(extended);
-    lease_ns
-}
-
-/// Gives the token back with the time its work kept the GPU busy and waits in line for the next
-/// lease, in one request, so the daemon weighs this process among the waiting ones (spinning
-/// first for at most `spin`); the lease length, or `None` when unmanaged.
-pub fn renew(device: DeviceId, busy_ns: u64, spin: Duration) -> Option<u64> {
-    let request = Request::Renew {
-        device,
-        busy_ns,
-        launches: crate::pacing::unreported_launches(),
+/// Runs one exchange about the token of `device` on the connection of `lane`, opened now if it
+/// is not open for this session and `device` (a lane's other GPU's connection closes, which
+/// gives that token back); `None` when unmanaged. A connection that fails is the daemon gone,
+/// as on the session's.
+fn with_lane<T>(
+    lane: Lane,
+    device: DeviceId,
+    f: impl FnOnce(&mut Link) -> std::io::Result<T>,
+) -> Option<T> {
+    if attach() != Attach::Managed || crate::lease::exiting() {
+        return None;
+    }
+    let session_id = SESSION_ID.load(Acquire);
+    let mut slot = LANE_LINKS[lane].lock();
+    let open = matches!(&*slot, Some((s, d, _)) if *s == session_id && *d == device);
+    let result = if open {
+        Ok(())
+    } else {
+        LANE_FDS[lane].store(-1, Release);
+        *slot = None;
+        open_lane(session_id, device).map(|link| {
+            LANE_FDS[lane].store(link.fd(), Release);
+            *slot = Some((session_id, device, link));
+        })
     };
-    with_link(|l| match l.call_untimed(&request, spin)? {
-        Reply::Grant { lease_ns, flags } => Ok(granted(lease_ns, flags, false)),
-        r => Err(unexpected(r)),
+    let result = result.and_then(|()| match slot.as_mut() {
+        Some((_, _, link)) => f(link),
+        None => Err(std::io::ErrorKind::NotConnected.into()),
+    });
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            LANE_FDS[lane].store(-1, Release);
+            *slot = None;
+            drop(slot);
+            lose(&mut SESSION.lock(), &e);
+            None
+        }
+    }
+}
+
+/// A new connection to the daemon for the token of `device` in session `session_id`.
+fn open_lane(session_id: u64, device: DeviceId) -> std::io::Result<Link> {
+    let Some((socket, _)) = TARGET.get() else {
+        return Err(std::io::ErrorKind::NotConnected.into());
+    };
+    let mut link = Link::connect(socket)?;
+    link.send(&Request::Lane {
+        session: session_id,
+        device,
+    })?;
+    Ok(link)
+}
+
+/// Blocks until the daemon grants the token of `device`, the GPU of `lane` (spinning first for
+/// at most `spin`); the lease length, or `None` when unmanaged.
+pub fn acquire(lane: Lane, device: DeviceId, spin: Duration) -> Option<u64> {
+    with_lane(lane, device, |l| {
+        match l.call_untimed(&Request::Acquire { device }, spin)? {
+            Reply::Grant { lease_ns, flags } => Ok(granted(lane, lease_ns, flags, false)),
+            r => Err(unexpected(r)),
+        }
     })
 }
 
-/// Asks to keep the token for another lease without draining first; when no waiting process
-/// goes before this one, the lease length and whether others wait; `None` otherwise (or when
-/// unmanaged).
-pub fn extend(device: DeviceId) -> Option<(u64, bool)> {
-    let launches = crate::pacing::unreported_launches();
-    with_link(|l| match l.call(&Request::Extend { device, launches })? {
-        Reply::Grant { lease_ns, flags } => Ok(Some((
-            granted(lease_ns, flags, true),
-            flags & proto::protocol::GRANT_CONTENDED != 0,
-        ))),
-        Reply::NotExtended => Ok(None),
-        r => Err(unexpected(r)),
+/// A grant of `lease_ns` with `flags` arrived for `lane` (`extended`: in answer to an
+/// extension): counts the lease and tells the pacer whether it is shared, whether its queue must
+/// stay short for an interactive client, and whether it was extended.
+fn granted(lane: Lane, lease_ns: u64, flags: u32, extended: bool) -> u64 {
+    crate::lease::count_grant(
+        lane,
+        flags & proto::protocol::GRANT_SHARED != 0,
+        flags & proto::protocol::GRANT_CONTENDED != 0,
+    );
+    crate::pacing::set_tight(lane, flags & proto::protocol::GRANT_TIGHT != 0);
+    crate::pacing::set_extended(lane, extended);
+    lease_ns
+}
+
+/// Gives the token of `device` (the GPU of `lane`) back with the time its work kept the GPU
+/// busy and waits in line for the next lease, in one request, so the daemon weighs this process
+/// among the waiting ones (spinning first for at most `spin`); the lease length, or `None` when
+/// unmanaged.
+pub fn renew(lane: Lane, device: DeviceId, busy_ns: u64, spin: Duration) -> Option<u64> {
+    with_lane(lane, device, |l| {
+        let request = Request::Renew {
+            device,
+            busy_ns,
+            launches: crate::pacing::unreported_launches(lane),
+        };
+        match l.call_untimed(&request, spin)? {
+            Reply::Grant { lease_ns, flags } => Ok(granted(lane, lease_ns, flags, false)),
+            r => Err(unexpected(r)),
+        }
+    })
+}
+
+/// Asks to keep the token of `device` (the GPU of `lane`) for another lease without draining
+/// first; when no waiting process goes before this one, the lease length and whether others
+/// wait; `None` otherwise (or when unmanaged).
+pub fn extend(lane: Lane, device: DeviceId) -> Option<(u64, bool)> {
+    with_lane(lane, device, |l| {
+        let launches = crate::pacing::unreported_launches(lane);
+        match l.call(&Request::Extend { device, launches })? {
+            Reply::Grant { lease_ns, flags } => Ok(Some((
+                granted(lane, lease_ns, flags, true),
+                flags & proto::protocol::GRANT_CONTENDED != 0,
+            ))),
+            Reply::NotExtended => Ok(None),
+            r => Err(unexpected(r)),
+        }
     })
     .flatten()
 }
 
-/// Gives the token of `device` back with the time its work kept the GPU busy (and the launches
-/// since the last report, as `renew` and `extend` do).
-pub fn release(device: DeviceId, busy_ns: u64) {
-    let request = Request::Release {
-        device,
-        busy_ns,
-        launches: crate::pacing::unreported_launches(),
-    };
-    with_link(|l| l.send(&request));
+/// Gives the token of `device` (the GPU of `lane`) back with the time its work kept the GPU
+/// busy (and the launches since the last report, as `renew` and `extend` do).
+pub fn release(lane: Lane, device: DeviceId, busy_ns: u64) {
+    with_lane(lane, device, |l| {
+        l.send(&Request::Release {
+            device,
+            busy_ns,
+            launches: crate::pacing::unreported_launches(lane),
+        })
+    });
 }
 
 /// The answer to a reservation.
@@ -656,6 +728,14 @@ unsafe extern "C" fn after_fork_in_child() {
     }
     // The old link (holding the closed fd) is leaked, never dropped.
     SESSION.reset(None);
+    for lane in Lane::all() {
+        let fd = LANE_FDS[lane].swap(-1, AcqRel);
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        // leaked as well
+        LANE_LINKS[lane].reset(None);
+    }
     AWAY_BOOKS.reset(());
     REATTACHING.store(false, Release);
     CAP.store(NO_CAP, Release);

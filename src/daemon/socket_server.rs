@@ -149,6 +149,14 @@ async fn handle(
         Some(Request::Watch { session }) => {
             return watch_loop(&mut stream, &state, session, pid, &mut pending).await;
         }
+        Some(Request::Lane { session, device }) => {
+            let lane = Lane {
+                session,
+                device,
+                pid,
+            };
+            return lane_loop(&mut stream, &state, &wake, lane, &mut pending).await;
+        }
         Some(Request::Status) => {
             // Read-only and open to all: the same as ListClients and ListDevices over D-Bus.
             let send = async {
@@ -296,36 +304,15 @@ async fn session_loop(
                 }
                 match request {
                     Request::Hello { .. } => return Err("second Hello".into()),
-                    Request::Acquire { device } => {
-                        st.acquire(session, device);
-                        None
-                    }
-                    Request::Release {
-                        device,
-                        busy_ns,
-                        launches,
-                    } => {
-                        st.launched(session, device, launches);
-                        st.release(session, device, busy_ns);
-                        None
-                    }
-                    Request::Renew {
-                        device,
-                        busy_ns,
-                        launches,
-                    } => {
-                        st.launched(session, device, launches);
-                        st.renew(session, device, busy_ns);
-                        None
-                    }
+                    Request::Acquire { .. }
+                    | Request::Release { .. }
+                    | Request::Renew { .. }
+                    | Request::Extend { .. } => lease_request(&mut st, session, request),
                     Request::Watch { .. } => return Err("Watch on a session connection".into()),
+                    Request::Lane { .. } => return Err("Lane on a session connection".into()),
                     Request::Status => return Err("Status on a session connection".into()),
                     Request::Usage { .. } => return Err("Usage on a session connection".into()),
                     Request::Reserve { device, bytes } => Some(st.reserve(session, device, bytes)),
-                    Request::Extend { device, launches } => {
-                        st.launched(session, device, launches);
-                        Some(st.extend(session, device))
-                    }
                     Request::Unreserve { device, bytes } => {
                         st.unreserve(session, device, bytes);
                         None
@@ -343,6 +330,104 @@ async fn session_loop(
     }
 }
 
+/// Handles a request about a GPU's token (`Acquire`, `Release`, `Renew`, `Extend`) of
+/// `session`; the reply to send at once, if any (a grant goes out when the scheduler decides).
+fn lease_request(st: &mut State, session: u64, request: Request) -> Option<Reply> {
+    match request {
+        Request::Acquire { device } => {
+            st.acquire(session, device);
+            None
+        }
+        Request::Release {
+            device,
+            busy_ns,
+            launches,
+        } => {
+            st.launched(session, device, launches);
+            st.release(session, device, busy_ns);
+            None
+        }
+        Request::Renew {
+            device,
+            busy_ns,
+            launches,
+        } => {
+            st.launched(session, device, launches);
+            st.renew(session, device, busy_ns);
+            None
+        }
+        Request::Extend { device, launches } => {
+            st.launched(session, device, launches);
+            Some(st.extend(session, device))
+        }
+        _ => None,
+    }
+}
+
+/// A lane: the connection of `session`'s process (`pid`, from the peer credentials) for the
+/// token of `device`.
+struct Lane {
+    session: u64,
+    device: DeviceId,
+    pid: u32,
+}
+
+/// Serves a lane ([`Request::Lane`]): the requests about the token of its GPU, and the grants
+/// of that GPU's token, until either side closes; then the session gives that token back.
+/// Only the process that owns the session may open one; a request about another GPU, or not
+/// about a token, closes it.
+async fn lane_loop(
+    stream: &mut UnixStream,
+    state: &Arc<Mutex<State>>,
+    wake: &Arc<Notify>,
+    lane: Lane,
+    pending: &mut Vec<u8>,
+) -> Result<(), String> {
+    let Lane {
+        session,
+        device,
+        pid,
+    } = lane;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let opened = state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .open_lane(session, pid, device, tx);
+    if let Err(message) = opened {
+        return refuse(stream, ErrorCode::NotAllowed, message).await;
+    }
+    let served = async {
+        loop {
+            while let Some(request) = take_request(pending)? {
+                tracing::trace!(session, %device, ?request, "lane request");
+                if device_of(&request) != Some(device)
+                    || matches!(request, Request::Reserve { .. } | Request::Unreserve { .. })
+                {
+                    return Err(format!("{request:?} on the lane of {device}"));
+                }
+                let reply = {
+                    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                    lease_request(&mut st, session, request)
+                };
+                wake.notify_one();
+                if let Some(reply) = reply {
+                    write_reply(stream, &reply).await?;
+                }
+            }
+            if let Io::Closed = next_io(stream, &mut rx, pending).await? {
+                return Ok(());
+            }
+        }
+    };
+    let result = served.await;
+    state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .close_lane(session, device);
+    wake.notify_one();
+    result
+}
+
 /// The GPU a request is about, for those about leases and memory.
 fn device_of(request: &Request) -> Option<DeviceId> {
     match *request {
@@ -352,9 +437,11 @@ fn device_of(request: &Request) -> Option<DeviceId> {
         | Request::Extend { device, .. }
         | Request::Reserve { device, .. }
         | Request::Unreserve { device, .. } => Some(device),
-        Request::Hello { .. } | Request::Watch { .. } | Request::Status | Request::Usage { .. } => {
-            None
-        }
+        Request::Hello { .. }
+        | Request::Watch { .. }
+        | Request::Lane { .. }
+        | Request::Status
+        | Request::Usage { .. } => None,
     }
 }
 

@@ -208,28 +208,46 @@ impl Schedulers {
             .fold(SessionUsage::default(), add_session_usage)
     }
 
-    /// The sessions whose leases were revoked since the last call, on any device, each once.
-    pub fn take_revoked(&mut self) -> Vec<SessionId> {
+    /// The sessions whose leases were revoked since the last call, with the device of each
+    /// lease, each pair once.
+    pub fn take_revoked(&mut self) -> Vec<(DeviceId, SessionId)> {
         self.take_from_all(Scheduler::take_revoked)
     }
 
-    /// The sessions whose leases alone others joined since the last call, on any device
-    /// ([`Scheduler::take_joined`]), each once.
-    pub fn take_joined(&mut self) -> Vec<SessionId> {
+    /// The sessions whose leases alone others joined since the last call, with the device of
+    /// each lease ([`Scheduler::take_joined`]), each pair once.
+    pub fn take_joined(&mut self) -> Vec<(DeviceId, SessionId)> {
         self.take_from_all(Scheduler::take_joined)
     }
 
-    /// [`Scheduler::take_contended`] on every GPU.
-    pub fn take_contended(&mut self) -> Vec<SessionId> {
+    /// The sessions whose leases, granted while nobody waited, another process started waiting
+    /// for since the last call, with the device of each lease ([`Scheduler::take_contended`]),
+    /// each pair once.
+    pub fn take_contended(&mut self) -> Vec<(DeviceId, SessionId)> {
         self.take_from_all(Scheduler::take_contended)
     }
 
-    /// What `take` takes from every device's scheduler, each session once.
-    fn take_from_all(&mut self, take: fn(&mut Scheduler) -> Vec<SessionId>) -> Vec<SessionId> {
-        let mut all: Vec<SessionId> = self.devices.values_mut().flat_map(take).collect();
+    /// What `take` takes from every device's scheduler, each (device, session) once.
+    fn take_from_all(
+        &mut self,
+        take: fn(&mut Scheduler) -> Vec<SessionId>,
+    ) -> Vec<(DeviceId, SessionId)> {
+        let mut all: Vec<(DeviceId, SessionId)> = self
+            .devices
+            .iter_mut()
+            .flat_map(|(&d, s)| take(s).into_iter().map(move |session| (d, session)))
+            .collect();
         all.sort_unstable();
         all.dedup();
         all
+    }
+
+    /// `session` stops waiting for the token of `device` and loses its lease there (its lane
+    /// closed); its other devices are left as they are.
+    pub fn session_gone_on(&mut self, device: DeviceId, session: SessionId, now: Nanos) {
+        if let Some(s) = self.devices.get_mut(&device) {
+            s.session_gone(session, now);
+        }
     }
 
     /// A process's demand estimate on `device`.
@@ -479,7 +497,8 @@ mod tests {
         s.acquire(GPU0, 2, 20, 6 * MS);
         s.acquire(GPU1, 2, 21, 6 * MS);
         assert_eq!(grants(&mut s, 6 * MS).len(), 2);
-        assert_eq!(s.take_revoked(), vec![10]);
+        // each lease is told of on its own: the process holds each GPU's lease on its own
+        assert_eq!(s.take_revoked(), vec![(GPU0, 10), (GPU1, 10)]);
         assert!(s.take_revoked().is_empty());
     }
 

@@ -893,8 +893,12 @@ impl Scheduler {
     /// granted just before the others asked again held it through every pause to its end: a
     /// loop running a 250 us kernel every 5 ms kept a 20 ms lease for four steps, the GPU idle
     /// nearly all of it.
+    /// A lease revoked meanwhile is not reported: its holder gives it back at its next launch
+    /// anyway, and is told so.
     pub fn take_contended(&mut self) -> Vec<SessionId> {
-        std::mem::take(&mut self.contended)
+        let mut told = std::mem::take(&mut self.contended);
+        told.retain(|&s| self.holders.iter().any(|h| h.session == s && !h.revoked));
+        told
     }
 
     /// `session` reports the kernels it launched since its last report ([`together`]): a batch

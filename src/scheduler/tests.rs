@@ -1198,7 +1198,7 @@ fn processes_that_grow_busy_after_a_light_start_up_are_probed_soon() {
 
 /// A lease granted while no other process waited is reported once when one starts waiting,
 /// so that its holder gives the token back once it leaves the GPU idle; a lease granted while
-/// others waited (its grant says so) is not reported again.
+/// others waited (its grant says so) is not reported again, nor is one revoked meanwhile.
 #[test]
 fn holders_granted_uncontended_are_told_once_when_another_process_waits() {
     let mut s = Scheduler::new(20 * MS, 0);
@@ -1218,6 +1218,17 @@ fn holders_granted_uncontended_are_told_once_when_another_process_waits() {
     assert!(next.contended, "granted while 10 waits");
     s.acquire(1, 11, 5 * MS);
     assert!(s.take_contended().is_empty(), "its grant said so");
+
+    // a lease revoked for an interactive client is told that instead
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(3, LIVE, 0);
+    s.acquire(1, 10, 0);
+    assert!(!s.poll(0).unwrap().contended);
+    s.acquire(3, 30, MS);
+    while s.poll(MS).is_some() {}
+    assert_eq!(s.take_revoked(), vec![10]);
+    assert!(s.take_contended().is_empty(), "revoked");
 }
 
 /// A lease granted alone that another starts beside is reported once, so that its holder

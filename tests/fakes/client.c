@@ -12,6 +12,11 @@
  *   (each capture is in the global mode; its cuStreamEndCapture's result follows: "... end=R")
  *   threads:T:N     T threads, each launching N kernels of 1 ms
  *   gpu_threads:T:N  likewise, thread i on device i (its primary context made current)
+ *   alternate:D:N:NS  the main thread launches N kernels of NS ns on each of devices 0..D-1,
+ *                   one device after the other (making each one's primary context current
+ *                   before its launch, never synchronizing until the end, as JAX launches on
+ *                   several GPUs) -> "alternate D N -> R"; the main thread stays on the last
+ *                   device
  *   run:MS:NS:SYNC:GAP  kernels of NS ns for MS ms, a cuCtxSynchronize after every SYNC of them
  *                   (0: only at the end) and GAP us of host work after each -> "run K kernels -> R
  *                   from=T0 to=T1" (CLOCK_MONOTONIC ns when it began and stopped launching)
@@ -435,6 +440,29 @@ static void run(const char *op) {
     } while ((e.tv_sec - t.tv_sec) * 1000 + (e.tv_nsec - t.tv_nsec) / 1000000 < (long long)a);
     int end = cu.end_capture(s, NULL);
     printf("capture_held %llu -> %d end=%d\n", k, r, end);
+    fflush(stdout);
+    return;
+  }
+  if (!strcmp(name, "alternate")) {
+    void *ctx[64] = {0};
+    ns = c;
+    if (a > 64) a = 64;
+    for (unsigned long long i = 0; i < a && r == 0; i++) {
+      int dev = -1;
+      r = cu.device_get(&dev, (int)i);
+      if (r == 0) r = cu.primary_retain(&ctx[i], dev);
+    }
+    for (unsigned long long k = 0; k < b && r == 0; k++)
+      for (unsigned long long i = 0; i < a && r == 0; i++) {
+        r = cu.set_current(ctx[i]);
+        if (r == 0) r = cu.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+      }
+    for (unsigned long long i = 0; i < a && r == 0; i++) {
+      r = cu.set_current(ctx[i]);
+      if (r == 0) r = cu.sync();
+      if (r == 0) current_device = (int)i;
+    }
+    printf("alternate %llu %llu -> %d\n", a, b, r);
     fflush(stdout);
     return;
   }

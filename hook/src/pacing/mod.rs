@@ -1,5 +1,5 @@
 //! Pacing of a lease holder's GPU queue: the checks on the launch path and the lease thread's
-//! samples. The lease's mode and queue budget are in [`mode`], the markers in flight and the GPU
+//! samples. Each lane ([`crate::lanes`]) paces its own GPU's queue. The lease's mode and queue budget are in [`mode`], the markers in flight and the GPU
 //! time per launch learnt from them in [`pacer`].
 //!
 //! Markers (timing-off events) recorded right after launches tell how far the GPU lags behind
@@ -30,39 +30,47 @@ use crate::cuda::*;
 use crate::driver::{helper, relaxed_capture, Helper};
 use crate::fork_safe::ForkSafe;
 use crate::kernel_timer;
+use crate::lanes::{Lane, PerLane, MAX};
 use crate::stats;
 #[cfg(test)]
 pub use mode::shared;
 use mode::{check_every, current_budget, lowered_by_timing, CHECK_EVERY_NS, SHARED, TIGHT};
 pub use mode::{configure, relaxed, set_extended, set_shared, set_tight, set_under_mps};
-use pacer::{lower, query_fn, Pacer, STALLED, STALLED_WAIT_NS};
+use pacer::{lower, query_fn, Pacer, STALLED_WAIT_NS};
 
 /// Record a marker after the launch under way (set at a check, taken after the launch).
-static MARK_AFTER: AtomicBool = AtomicBool::new(false);
-/// Launches of this process on nameable streams, counted after each.
-static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+static MARK_AFTER: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
+/// Launches of this process on nameable streams, counted after each, per lane.
+static LAUNCHES: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 /// `LAUNCHES` at the last report to the daemon ([`unreported_launches`]).
-static REPORTED: AtomicU64 = AtomicU64::new(0);
+static REPORTED: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 /// A `Joined` whose time is later than its arrival or older than this is taken as of its
 /// arrival (a daemon in another time namespace, whose `CLOCK_MONOTONIC` is not this one's).
 const MAX_JOIN_LAG_NS: u64 = 1_000_000_000;
 
-static PACER: ForkSafe<Pacer> = ForkSafe::new(Pacer::new());
+static PACER: PerLane<ForkSafe<Pacer>> = PerLane([const { ForkSafe::new(Pacer::new()) }; MAX]);
+
+/// The pacer of `lane`, locked.
+fn pacer(lane: Lane) -> std::sync::MutexGuard<'static, Pacer> {
+    let mut p = PACER[lane].lock();
+    p.lane = lane;
+    p
+}
 
 /// Another lease started beside the current one, granted alone, at `at_ns` (the daemon's
 /// `Joined`): the lease is shared from now on, and what markers that completed since then taught
 /// is taken back. They also waited for the other's work: a process of short kernels would
 /// otherwise take the other's time slices for its own kernels' time. What was learnt before
 /// stays: a lease that others join every time still learns in the part it runs alone.
-pub fn joined(at_ns: u64) {
-    set_shared(true);
+pub fn joined(lane: Lane, at_ns: u64) {
+    set_shared(lane, true);
     let now = now_ns();
     let since = if at_ns <= now && now - at_ns <= MAX_JOIN_LAG_NS {
         at_ns
     } else {
         now
     };
-    PACER.lock().forget_learnt_since(since);
+    pacer(lane).forget_learnt_since(since);
 }
 
 /// A check on the launch path (before a launch on `stream`, a nameable stream that is not
@@ -76,10 +84,10 @@ pub fn joined(at_ns: u64) {
 ///
 /// Until the process knows its GPU time per launch, every launch checks, and launches are timed
 /// on their own: the first whose launch call was not slow on the host gives the first estimate.
-pub fn check(stream: CUstream, wait_limit_ns: u64, left_ns: u64) -> u64 {
-    let (next, per_launch) = check_queue(wait_limit_ns, left_ns);
-    if per_launch == 0 || (lowered_by_timing() && per_launch >= CHECK_EVERY_NS) {
-        kernel_timer::before_launch(stream);
+pub fn check(lane: Lane, stream: CUstream, wait_limit_ns: u64, left_ns: u64) -> u64 {
+    let (next, per_launch) = check_queue(lane, wait_limit_ns, left_ns);
+    if per_launch == 0 || (lowered_by_timing(lane) && per_launch >= CHECK_EVERY_NS) {
+        kernel_timer::before_launch(lane, stream);
     }
     next
 }
@@ -88,26 +96,26 @@ pub fn check(stream: CUstream, wait_limit_ns: u64, left_ns: u64) -> u64 {
 /// queue meanwhile (a launching thread that waited under the lock would starve it of samples,
 /// and the lease would be reported idle). Returns how long until the next check, and the GPU
 /// time per launch then (read under the lock the check holds, not in a second one).
-fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
+fn check_queue(lane: Lane, wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
     let Some(query) = query_fn() else {
-        return (u64::MAX, PACER.lock().per_launch_ns);
+        return (u64::MAX, pacer(lane).per_launch_ns);
     };
-    let tight = TIGHT.load(Relaxed);
-    let budget = current_budget(left_ns);
+    let tight = TIGHT[lane].load(Relaxed);
+    let budget = current_budget(lane, left_ns);
     let start = now_ns();
     stats::CHECKS.add(1);
     let mut first = true;
     loop {
         let (event, limit) = {
-            let mut p = PACER.lock();
+            let mut p = pacer(lane);
             let pending = p.collect(query);
             if first {
                 p.backlogged = pending > 0;
-                p.checked_launches = LAUNCHES.load(Relaxed);
-                if let Some(timed) = kernel_timer::take() {
+                p.checked_launches = LAUNCHES[lane].load(Relaxed);
+                if let Some(timed) = kernel_timer::take(lane) {
                     if p.per_launch_ns == 0 {
                         p.set_per_launch(timed.max(1));
-                    } else if lowered_by_timing() {
+                    } else if lowered_by_timing(lane) {
                         let lowered = lower(p.per_launch_ns, timed);
                         if lowered < p.per_launch_ns {
                             stats::LOWERED.add(1);
@@ -116,7 +124,7 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
                     }
                 }
                 if pending == 0 {
-                    MARK_AFTER.store(true, Relaxed);
+                    MARK_AFTER[lane].store(true, Relaxed);
                     // Unknown kernels too: a new process of 13 ms kernels that never
                     // synchronizes launched hundreds of them between its first two checks (with
                     // the fake driver, whose launches take a microsecond), and the others waited
@@ -124,37 +132,37 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
                     let next = if p.checks_each_launch() {
                         0
                     } else {
-                        check_every()
+                        check_every(lane)
                     };
                     return (next, p.per_launch_ns);
                 }
             }
-            let shared = SHARED.load(Relaxed);
+            let shared = SHARED[lane].load(Relaxed);
             // Beside others this process's markers are pending often, for the others' turns too:
             // a launch-bound process checked at every launch would pay for it at every launch.
             // Its checks stay spaced then (unless its kernels are known to be long).
             let next_check = if shared && !p.checks_each_launch() {
-                check_every()
+                check_every(lane)
             } else {
                 0
             };
-            let launches = LAUNCHES.load(Relaxed);
+            let launches = LAUNCHES[lane].load(Relaxed);
             if first {
                 // checks spaced in time mark each time; else every few launches
                 if next_check != 0 || p.mark_due(launches, budget) {
-                    MARK_AFTER.store(true, Relaxed);
+                    MARK_AFTER[lane].store(true, Relaxed);
                 }
                 first = false;
             }
             if p.room(launches, budget) {
                 return (next_check, p.per_launch_ns);
             }
-            let limit = if STALLED.load(Relaxed) {
+            let limit = if p.stalled {
                 STALLED_WAIT_NS.max(p.per_launch_ns)
             } else {
                 wait_limit_ns.saturating_sub(now_ns().saturating_sub(start))
             };
-            let short = p.short_beside_others(budget, relaxed());
+            let short = p.short_beside_others(budget, relaxed(lane));
             let per_launch = p.per_launch_ns;
             match p.front() {
                 Some(_) if shared && short && !tight => return (next_check, per_launch),
@@ -178,7 +186,7 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
         if done {
             // Watched until it completed: its completion time is known (to a poll), and the
             // time per launch learns from it.
-            let mut p = PACER.lock();
+            let mut p = pacer(lane);
             if let Some(m) = p.front().filter(|m| m.event == event) {
                 m.seen_pending_at = m.seen_pending_at.max(last_pending.get());
             }
@@ -187,8 +195,9 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
         stats::CHECK_WAIT_NS.add(now_ns().saturating_sub(waited_from));
         if !done {
             // Held up by something else: short waits until some of this queue completes.
-            STALLED.store(true, Relaxed);
-            return (0, PACER.lock().per_launch_ns);
+            let mut p = pacer(lane);
+            p.stalled = true;
+            return (0, p.per_launch_ns);
         }
     }
 }
@@ -203,14 +212,16 @@ fn check_queue(wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
 /// by time alone ([`CHECK_EVERY_NS`]) its checks came at every other launch or, for kernels of
 /// 100 us and more, at every one (a query and a record in the driver each). Reads the pacer's
 /// state alone, no driver call.
-pub fn passes(left_ns: u64) -> bool {
-    if SHARED.load(Relaxed) || STALLED.load(Relaxed) || MARK_AFTER.load(Relaxed) {
+pub fn passes(lane: Lane, left_ns: u64) -> bool {
+    if SHARED[lane].load(Relaxed) || MARK_AFTER[lane].load(Relaxed) {
         return false;
     }
-    let budget = current_budget(left_ns);
-    let launches = LAUNCHES.load(Relaxed);
-    let p = PACER.lock();
-    let pass = if p.backlogged {
+    let budget = current_budget(lane, left_ns);
+    let launches = LAUNCHES[lane].load(Relaxed);
+    let p = pacer(lane);
+    let pass = if p.stalled {
+        false
+    } else if p.backlogged {
         p.len > 0
             && p.per_launch_ns != 0
             && p.room(launches, budget)
@@ -227,24 +238,24 @@ pub fn passes(left_ns: u64) -> bool {
 /// After a launch on `stream`: ends the timing of the launch, if one started before it, and
 /// records the marker a check asked for.
 #[inline(always)]
-pub fn after_launch(stream: CUstream) {
-    LAUNCHES.fetch_add(1, Relaxed);
-    kernel_timer::after_launch(stream);
-    if MARK_AFTER.load(Relaxed) {
-        mark(stream);
+pub fn after_launch(lane: Lane, stream: CUstream) {
+    LAUNCHES[lane].fetch_add(1, Relaxed);
+    kernel_timer::after_launch(lane, stream);
+    if MARK_AFTER[lane].load(Relaxed) {
+        mark(lane, stream);
     }
 }
 
 #[cold]
-fn mark(stream: CUstream) {
-    MARK_AFTER.store(false, Relaxed);
+fn mark(lane: Lane, stream: CUstream) {
+    MARK_AFTER[lane].store(false, Relaxed);
     let _relaxed = relaxed_capture();
-    record_marker(stream, true);
+    record_marker(lane, stream, true);
 }
 
 /// Records a marker on `stream`; `after_launch`: right after one launch of this thread (else by
 /// the lease thread, after whatever was launched since the newest marker).
-fn record_marker(stream: CUstream, after_launch: bool) {
+fn record_marker(lane: Lane, stream: CUstream, after_launch: bool) {
     type Create = unsafe extern "C" fn(*mut CUevent, u32) -> CUresult;
     type Record = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
     type Destroy = unsafe extern "C" fn(CUevent) -> CUresult;
@@ -258,7 +269,7 @@ fn record_marker(stream: CUstream, after_launch: bool) {
     }) else {
         return;
     };
-    let mut p = PACER.lock();
+    let mut p = pacer(lane);
     if p.full() {
         stats::RING_FULL.add(1);
         return;
@@ -287,7 +298,7 @@ fn record_marker(stream: CUstream, after_launch: bool) {
         return;
     }
     let now = now_ns();
-    p.push(event, now, LAUNCHES.load(Relaxed));
+    p.push(event, now, LAUNCHES[lane].load(Relaxed));
     if after_launch {
         p.last_mark = now;
     }
@@ -305,28 +316,28 @@ const RESAMPLE_NS: u64 = 200_000;
 /// one of its own on the stream `stream` gives (the stream launched on last, nameable from this
 /// thread and not capturing, in the lease's context), after whatever was launched since;
 /// `stream` is only asked then.
-pub fn sample(stream: impl FnOnce() -> Option<CUstream>) {
+pub fn sample(lane: Lane, stream: impl FnOnce() -> Option<CUstream>) {
     let Some(query) = query_fn() else {
         return;
     };
     let newest_done = {
-        let mut p = PACER.lock();
+        let mut p = pacer(lane);
         // Launches of a backlogged process since its newest marker have none of their own
         // (a marker follows every few): once that marker is done, they may still be pending.
         let all_done = p.collect(query) == 0;
-        let unmarked = p.backlogged && p.since_newest(LAUNCHES.load(Relaxed)) > 0;
+        let unmarked = p.backlogged && p.since_newest(LAUNCHES[lane].load(Relaxed)) > 0;
         all_done
             && (unmarked
                 || now_ns().saturating_sub(p.newest().map_or(0, |m| m.recorded)) >= RESAMPLE_NS)
     };
-    if newest_done && !relaxed() {
+    if newest_done && !relaxed(lane) {
         if let Some(stream) = stream() {
-            record_marker(stream, false);
+            record_marker(lane, stream, false);
             stats::SAMPLE_MARKERS.add(1);
         }
     }
     stats::SAMPLES.add(1);
-    let mut p = PACER.lock();
+    let mut p = pacer(lane);
     // SAFETY: a live event of ours.
     let busy = p
         .newest()
@@ -341,14 +352,14 @@ pub fn sample(stream: impl FnOnce() -> Option<CUstream>) {
 /// The busy part of a lease of `wall_ns` that ends now, from the samples since it started; starts
 /// the count for the next lease. Without samples (a lease shorter than the sampling period), the
 /// work was pending for the whole lease if a marker still is.
-pub fn take_busy(wall_ns: u64) -> u64 {
+pub fn take_busy(lane: Lane, wall_ns: u64) -> u64 {
     let pending = query_fn().is_some_and(|query| {
-        let p = PACER.lock();
+        let p = pacer(lane);
         // SAFETY: a live event of ours.
         p.newest()
             .is_some_and(|m| unsafe { query(m.event) } == CUDA_NOT_READY)
     });
-    let mut p = PACER.lock();
+    let mut p = pacer(lane);
     let busy = busy_part(wall_ns, p.samples, p.busy_samples, pending);
     p.samples = 0;
     p.busy_samples = 0;
@@ -365,14 +376,14 @@ pub fn busy_part(wall_ns: u64, samples: u32, busy: u32, pending_now: bool) -> u6
 
 /// The launches since the last call: what the next `Release`, `Renew` or `Extend` reports, the
 /// daemon's measure of this process's progress.
-pub fn unreported_launches() -> u64 {
-    let now = LAUNCHES.load(Relaxed);
-    now.saturating_sub(REPORTED.swap(now, Relaxed))
+pub fn unreported_launches(lane: Lane) -> u64 {
+    let now = LAUNCHES[lane].load(Relaxed);
+    now.saturating_sub(REPORTED[lane].swap(now, Relaxed))
 }
 
 /// Starts a new busy count (a lease was granted or extended).
-pub fn restart_count() {
-    let mut p = PACER.lock();
+pub fn restart_count(lane: Lane) {
+    let mut p = pacer(lane);
     p.samples = 0;
     p.busy_samples = 0;
 }
@@ -381,9 +392,9 @@ pub fn restart_count() {
 /// is pending, else the time since it last launched or last had work pending (as seen by the
 /// checks and samples, every quarter millisecond while a lease runs), whichever is later. A
 /// process blocked in a synchronize on its own queue is not idle until that queue ran out.
-pub fn idle_for() -> Option<u64> {
+pub fn idle_for(lane: Lane) -> Option<u64> {
     let query = query_fn()?;
-    let mut p = PACER.lock();
+    let mut p = pacer(lane);
     if p.collect(query) > 0 {
         return None;
     }
@@ -391,11 +402,11 @@ pub fn idle_for() -> Option<u64> {
 }
 
 /// Forgets the markers once the lease's work was waited for (all of them are done).
-pub fn drained() {
+pub fn drained(lane: Lane) {
     let Some(query) = query_fn() else {
         return;
     };
-    PACER.lock().collect(query);
+    pacer(lane).collect(query);
 }
 
 /// Polls `done` (an event query) until it says so or `limit_ns` passed. Bounded, unlike
@@ -427,11 +438,13 @@ pub fn wait_until_done(done: impl Fn() -> bool, limit_ns: u64) -> bool {
 }
 
 pub fn after_fork_in_child() {
-    MARK_AFTER.store(false, Relaxed);
-    REPORTED.store(LAUNCHES.load(Relaxed), Relaxed);
+    for lane in Lane::all() {
+        MARK_AFTER[lane].store(false, Relaxed);
+        REPORTED[lane].store(LAUNCHES[lane].load(Relaxed), Relaxed);
+        // SAFETY: called from the fork child handler; the parent's events are not the child's.
+        unsafe { PACER[lane].reset(Pacer::new()) };
+    }
     kernel_timer::after_fork_in_child();
-    // SAFETY: called from the fork child handler; the parent's events are not the child's.
-    unsafe { PACER.reset(Pacer::new()) };
 }
 
 #[cfg(test)]

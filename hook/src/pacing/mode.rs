@@ -1,7 +1,10 @@
-//! The current lease's mode as the daemon granted it (alone or beside others, extended, tight
-//! beside an interactive client), this process's client and MPS, and the queue budget they give.
+//! Each lane's current lease's mode as the daemon granted it (alone or beside others, extended,
+//! tight beside an interactive client), this process's client and MPS, and the queue budget they
+//! give.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+
+use crate::lanes::{Lane, PerLane, MAX};
 
 /// While the queue is empty, at most one marker per this many nanoseconds of launching.
 pub(super) const CHECK_EVERY_NS: u64 = 100_000;
@@ -17,11 +20,11 @@ pub(super) static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
 /// behind the others). Over its allowance, a launch waits only once the work queued passes four
 /// budgets by the time per launch learnt alone (kernels known to be long), or the markers fill
 /// the ring: so the queue stays bounded, and the end of the lease hands the GPU over.
-pub(super) static SHARED: AtomicBool = AtomicBool::new(false);
+pub(super) static SHARED: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
 /// An interactive client is active or was lately (the daemon's `GRANT_TIGHT`): the queue is held
 /// to a quarter of the budget, beside others too, so that the interactive client's next request
 /// waits little behind this process's work.
-pub(super) static TIGHT: AtomicBool = AtomicBool::new(false);
+pub(super) static TIGHT: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
 /// This process's client is interactive: its leases are never relaxed.
 static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
 /// This process is a client of the daemon's MPS server (as the daemon said when the process
@@ -29,19 +32,19 @@ static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
 static UNDER_MPS: AtomicBool = AtomicBool::new(false);
 /// The current lease was extended (the daemon extends a lease beside others only while every
 /// process weighs the same).
-static EXTENDED: AtomicBool = AtomicBool::new(false);
+static EXTENDED: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
 /// How much smaller the queue budget is on a tight lease.
 const TIGHT_DIVISOR: u64 = 4;
 
-/// Whether the lease just granted (or extended) runs beside others.
-pub fn set_shared(shared: bool) {
-    SHARED.store(shared, Relaxed);
+/// Whether the lease of `lane` just granted (or extended) runs beside others.
+pub fn set_shared(lane: Lane, shared: bool) {
+    SHARED[lane].store(shared, Relaxed);
 }
 
-/// Whether the current lease runs beside others.
+/// Whether the current lease of `lane` runs beside others.
 #[cfg(test)]
-pub fn shared() -> bool {
-    SHARED.load(Relaxed)
+pub fn shared(lane: Lane) -> bool {
+    SHARED[lane].load(Relaxed)
 }
 
 /// Whether the current lease is *relaxed*: a batch process's, extended beside others, not
@@ -59,10 +62,10 @@ pub fn shared() -> bool {
 /// demands. With a lease thread that sampled every quarter millisecond, recording a marker at
 /// most of its samples, four launch-bound small-MLP loops ran at 0.91-0.93 of plain MPS's rate
 /// in three rounds on an H200; relaxed, 0.94-0.98, side by side.
-pub fn relaxed() -> bool {
-    (SHARED.load(Relaxed) || UNDER_MPS.load(Relaxed))
-        && EXTENDED.load(Relaxed)
-        && !TIGHT.load(Relaxed)
+pub fn relaxed(lane: Lane) -> bool {
+    (SHARED[lane].load(Relaxed) || UNDER_MPS.load(Relaxed))
+        && EXTENDED[lane].load(Relaxed)
+        && !TIGHT[lane].load(Relaxed)
         && !INTERACTIVE_CLIENT.load(Relaxed)
 }
 
@@ -71,23 +74,24 @@ pub fn set_under_mps(on: bool) {
     UNDER_MPS.store(on, Relaxed);
 }
 
-/// Whether the lease just granted was an extension.
-pub fn set_extended(extended: bool) {
-    EXTENDED.store(extended, Relaxed);
+/// Whether the lease of `lane` just granted was an extension.
+pub fn set_extended(lane: Lane, extended: bool) {
+    EXTENDED[lane].store(extended, Relaxed);
 }
 
-/// How long between two checks while the queue is empty.
-pub(super) fn check_every() -> u64 {
-    if relaxed() {
+/// How long between two checks while the queue of `lane` is empty.
+pub(super) fn check_every(lane: Lane) -> u64 {
+    if relaxed(lane) {
         RELAXED_CHECK_EVERY_NS
     } else {
         CHECK_EVERY_NS
     }
 }
 
-/// Whether the lease just granted (or extended) keeps a short queue for an interactive client.
-pub fn set_tight(tight: bool) {
-    TIGHT.store(tight, Relaxed);
+/// Whether the lease of `lane` just granted (or extended) keeps a short queue for an
+/// interactive client.
+pub fn set_tight(lane: Lane, tight: bool) {
+    TIGHT[lane].store(tight, Relaxed);
 }
 
 /// The queue budget of the current lease: a quarter of `budget` on a tight one.
@@ -117,12 +121,13 @@ pub(super) fn queue_budget(budget: u64, tight: bool, shared: bool, left_ns: u64)
     budget.saturating_add(left_ns)
 }
 
-/// The current lease's queue budget with `left_ns` of it left ([`queue_budget`]).
-pub(super) fn current_budget(left_ns: u64) -> u64 {
+/// The queue budget of the current lease of `lane` with `left_ns` of it left
+/// ([`queue_budget`]).
+pub(super) fn current_budget(lane: Lane, left_ns: u64) -> u64 {
     queue_budget(
         BUDGET_NS.load(Relaxed),
-        TIGHT.load(Relaxed),
-        SHARED.load(Relaxed),
+        TIGHT[lane].load(Relaxed),
+        SHARED[lane].load(Relaxed),
         left_ns,
     )
 }
@@ -137,8 +142,8 @@ pub fn configure(budget_ns: u64, interactive: bool) {
 /// launch, was never extended (a process further behind always waited), and waited at every
 /// launch for the others' turns (in the lab mix on an H100 it ran at 0.007 of its time-sliced
 /// rate).
-pub(super) fn lowered_by_timing() -> bool {
-    SHARED.load(Relaxed) && !TIGHT.load(Relaxed)
+pub(super) fn lowered_by_timing(lane: Lane) -> bool {
+    SHARED[lane].load(Relaxed) && !TIGHT[lane].load(Relaxed)
 }
 
 #[cfg(test)]
@@ -149,14 +154,16 @@ mod tests {
     #[test]
     fn a_lease_is_relaxed_only_once_extended_beside_others_and_not_tight() {
         let _globals = stats::TEST_GLOBALS.lock();
+        let l = Lane::of(3);
         let lease = |shared, extended, tight, interactive| {
-            set_shared(shared);
-            set_extended(extended);
-            set_tight(tight);
+            set_shared(l, shared);
+            set_extended(l, extended);
+            set_tight(l, tight);
             INTERACTIVE_CLIENT.store(interactive, Relaxed);
-            relaxed()
+            relaxed(l)
         };
         assert!(lease(true, true, false, false));
+        assert!(!relaxed(Lane::of(4)), "another lane's lease is its own");
         assert!(
             !lease(true, false, false, false),
             "granted beside others, not extended"

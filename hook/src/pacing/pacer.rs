@@ -1,11 +1,12 @@
 //! The marker ring of a lease holder's queue, and the GPU time per launch learnt from it.
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::Ordering::*;
 
 use super::mode::{lease_budget, BUDGET_NS, CHECK_EVERY_NS, SHARED, TIGHT};
 use crate::clock::now_ns;
 use crate::cuda::*;
 use crate::driver::{helper, Helper};
+use crate::lanes::Lane;
 use crate::stats;
 
 /// Most markers in flight: twice the [`SHARED_MOST_MARKERS`] that hold a queue back beside
@@ -29,10 +30,7 @@ const MARKERS_PER_BUDGET: u64 = 8;
 /// Most launches from one marker to the next while backlogged, and from one check to the next
 /// while the queue is empty.
 const MOST_SPACING: u64 = 32;
-/// A wait for this process's queue ran into its limit: until a marker completes, waits are short
-/// ([`STALLED_WAIT_NS`]).
-pub(super) static STALLED: AtomicBool = AtomicBool::new(false);
-/// While [`STALLED`], a launch over its allowance waits at most this long, or the GPU time per
+/// While [`Pacer::stalled`], a launch over its allowance waits at most this long, or the GPU time per
 /// launch learnt if longer. Held up by something else (work waiting on another process, or behind
 /// another's long queue), a wait must end; but a process that then launched freely until one of
 /// its markers completed queued seconds of long kernels at once (with the fake driver: 13 ms
@@ -73,6 +71,11 @@ struct Learnt {
 const LEARNT_KEPT: usize = 16;
 
 pub(super) struct Pacer {
+    /// The lane whose queue this is (set by each lock, [`pacer`](super::pacer)).
+    pub(super) lane: Lane,
+    /// A wait for this queue ran into its limit: until a marker completes, waits are short
+    /// ([`STALLED_WAIT_NS`]).
+    pub(super) stalled: bool,
     pub(super) ring: [Option<Marker>; RING],
     head: usize,
     pub(super) len: usize,
@@ -111,6 +114,8 @@ unsafe impl Send for Pacer {}
 impl Pacer {
     pub(super) const fn new() -> Pacer {
         Pacer {
+            lane: Lane::FIRST,
+            stalled: false,
             ring: [None; RING],
             head: 0,
             len: 0,
@@ -171,7 +176,7 @@ impl Pacer {
         };
         self.head = (self.head + 1) % RING;
         self.len -= 1;
-        STALLED.store(false, Relaxed);
+        self.stalled = false;
         self.time_launches(&m, done_at);
         self.last_seen_pending = m.seen_pending_at;
         self.last_done = Some((done_at, m.launches));
@@ -200,7 +205,7 @@ impl Pacer {
             launches: m.launches,
             slop,
         };
-        let shared = SHARED.load(Relaxed);
+        let shared = SHARED[self.lane].load(Relaxed);
         let a = match self.anchor {
             Some(a) if unbroken && !shared => a,
             _ => {
@@ -234,7 +239,7 @@ impl Pacer {
     /// the driver's module loading in it), was held to one launch at a time for good, and ran at
     /// half its rate in its leases.
     fn time_one_launch(&mut self, m: &Marker, done_at: u64, slop: u64) {
-        let budget = lease_budget(BUDGET_NS.load(Relaxed), TIGHT.load(Relaxed));
+        let budget = lease_budget(BUDGET_NS.load(Relaxed), TIGHT[self.lane].load(Relaxed));
         let Some((before_done_at, before_launches)) = self.last_done else {
             return;
         };
@@ -507,7 +512,7 @@ mod tests {
     #[test]
     fn the_time_per_launch_is_the_average_of_a_mix_of_kernels() {
         let _globals = stats::TEST_GLOBALS.lock();
-        set_shared(false);
+        set_shared(Lane::FIRST, false);
         let mix: Vec<u64> = (0..40)
             .flat_map(|_| std::iter::once(1_000_000).chain([10_000; 10]))
             .collect();
@@ -521,9 +526,9 @@ mod tests {
         assert!(uniform.abs_diff(50_000) <= 10_000, "{uniform}");
         // launched one at a time after the GPU went idle: no span of unbroken work to learn from
         assert_eq!(learnt_from(&mix, 100_000, false, 0), 0);
-        set_shared(true);
+        set_shared(Lane::FIRST, true);
         assert_eq!(learnt_from(&mix, 100_000, true, 0), 0, "beside others");
-        set_shared(false);
+        set_shared(Lane::FIRST, false);
     }
 
     /// A time per launch taken for more than the budget holds the process to one launch at a
@@ -531,8 +536,8 @@ mod tests {
     #[test]
     fn a_process_held_to_one_launch_at_a_time_learns_each_launchs_time() {
         let _globals = stats::TEST_GLOBALS.lock();
-        set_shared(false);
-        set_tight(false);
+        set_shared(Lane::FIRST, false);
+        set_tight(Lane::FIRST, false);
         configure(2_000_000, false);
         let mix: Vec<u64> = (0..20)
             .flat_map(|_| std::iter::once(200_000).chain([40_000; 5]))
@@ -552,10 +557,10 @@ mod tests {
         // long: enough to be no longer held to one launch at a time
         let coarse = learnt_from(&[40_000; 50], 1_000_000, false, 2_900_000);
         assert!(coarse <= 2_000_000, "{coarse}");
-        set_shared(true);
+        set_shared(Lane::FIRST, true);
         let beside = learnt_from(&[40_000; 50], 1_000, false, 2_900_000);
         assert_eq!(beside, 2_900_000, "beside others");
-        set_shared(false);
+        set_shared(Lane::FIRST, false);
     }
 
     /// A framework's step: one graph of 4.7 ms, then four short kernels (20 us), each launched
@@ -566,8 +571,8 @@ mod tests {
     #[test]
     fn short_launches_seen_done_at_the_first_look_free_a_process_held_by_long_ones() {
         let _globals = stats::TEST_GLOBALS.lock();
-        set_shared(false);
-        set_tight(false);
+        set_shared(Lane::FIRST, false);
+        set_tight(Lane::FIRST, false);
         configure(2_000_000, false);
         let steps: Vec<u64> = (0..20)
             .flat_map(|_| std::iter::once(4_700_000).chain([20_000; 4]))

@@ -86,8 +86,11 @@ struct Session {
     tx: mpsc::UnboundedSender<Reply>,
     /// The process's watch connection, where revocations go.
     watch: Option<mpsc::UnboundedSender<Reply>>,
-    /// Grants sent to it: the number of its current (or last) lease.
-    grants: u64,
+    /// Its lanes: per GPU, the connection its requests about that GPU's token come on and its
+    /// grants go to (without one, they go to `tx`).
+    lanes: BTreeMap<DeviceId, mpsc::UnboundedSender<Reply>>,
+    /// Grants sent to it per GPU: the number of its current (or last) lease there.
+    leases: BTreeMap<DeviceId, u64>,
 }
 
 /// Something other parts (D-Bus signals, logs, sd-notify status) want to hear about.
@@ -301,7 +304,8 @@ impl State {
                 managed,
                 tx,
                 watch: None,
-                grants: 0,
+                lanes: BTreeMap::new(),
+                leases: BTreeMap::new(),
             },
         );
         for &(device, bytes) in reserved {
@@ -360,6 +364,47 @@ impl State {
             }
             _ => Err(format!("process {pid} has no session {session}")),
         }
+    }
+
+    /// Opens the lane of `session` for `device` ([`Request::Lane`](crate::protocol::Request)):
+    /// only the process that owns the session may, once per GPU; the GPU counts towards the
+    /// session's [`MAX_DEVICES`].
+    pub fn open_lane(
+        &mut self,
+        session: SessionId,
+        pid: u32,
+        device: DeviceId,
+        tx: mpsc::UnboundedSender<Reply>,
+    ) -> Result<(), String> {
+        match self.sessions.get(&session) {
+            Some(s) if s.pid == pid => {
+                if s.lanes.contains_key(&device) {
+                    return Err(format!(
+                        "process {pid} has a lane for {device} in session {session} already"
+                    ));
+                }
+            }
+            _ => return Err(format!("process {pid} has no session {session}")),
+        }
+        self.use_device(session, device)?;
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.lanes.insert(device, tx);
+        }
+        Ok(())
+    }
+
+    /// The lane of `session` for `device` closed: the session stops waiting for that GPU's
+    /// token and gives back its lease there.
+    pub fn close_lane(&mut self, session: SessionId, device: DeviceId) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if s.lanes.remove(&device).is_none() {
+            return;
+        }
+        let now = self.now();
+        self.sched.session_gone_on(device, session, now);
+        self.dispatch();
     }
 
     /// A session's connection closed: free its leases and memory on every GPU.
@@ -442,7 +487,7 @@ impl State {
                     "extended"
                 );
                 if let Some(s) = self.sessions.get_mut(&session) {
-                    s.grants += 1;
+                    *s.leases.entry(device).or_default() += 1;
                 }
                 Reply::Grant {
                     lease_ns: g.lease_ns,
@@ -485,40 +530,52 @@ impl State {
                 mode = ?self.sched.mode(device),
                 "grant"
             );
+            let mut on_lane = false;
             let delivered = self.sessions.get_mut(&g.session).is_some_and(|s| {
-                s.grants += 1;
-                s.tx.send(Reply::Grant {
-                    lease_ns: g.lease_ns,
-                    flags: grant_flags(&g),
-                })
-                .is_ok()
+                *s.leases.entry(device).or_default() += 1;
+                on_lane = s.lanes.contains_key(&device);
+                s.lanes
+                    .get(&device)
+                    .unwrap_or(&s.tx)
+                    .send(Reply::Grant {
+                        lease_ns: g.lease_ns,
+                        flags: grant_flags(&g),
+                    })
+                    .is_ok()
             });
             if !delivered {
-                // The session is closing: take the token back at once and pick again.
-                self.sched.session_gone(g.session, now);
+                // The session (or its lane for this GPU) is closing: take the token back at once
+                // and pick again.
+                if on_lane {
+                    self.sched.session_gone_on(device, g.session, now);
+                } else {
+                    self.sched.session_gone(g.session, now);
+                }
             }
         }
-        for session in self.sched.take_revoked() {
-            self.tell_watch(session, |lease| Reply::Revoke { lease });
+        for (device, session) in self.sched.take_revoked() {
+            self.tell_watch(session, device, |lease| Reply::Revoke { lease, device });
         }
-        for session in self.sched.take_joined() {
-            self.tell_watch(session, |lease| Reply::Joined {
+        for (device, session) in self.sched.take_joined() {
+            self.tell_watch(session, device, |lease| Reply::Joined {
                 lease,
                 at_ns: granted_at,
+                device,
             });
         }
-        for session in self.sched.take_contended() {
-            self.tell_watch(session, |lease| Reply::Contended { lease });
+        for (device, session) in self.sched.take_contended() {
+            self.tell_watch(session, device, |lease| Reply::Contended { lease, device });
         }
         self.sched.next_wakeup(now)
     }
 
-    /// Sends `reply`, about the session's current lease (the last one granted), on its watch
-    /// connection.
-    fn tell_watch(&self, session: SessionId, reply: impl FnOnce(u64) -> Reply) {
+    /// Sends `reply`, about the session's current lease on `device` (the last one granted
+    /// there), on its watch connection.
+    fn tell_watch(&self, session: SessionId, device: DeviceId, reply: impl FnOnce(u64) -> Reply) {
         if let Some(s) = self.sessions.get(&session) {
             if let Some(tx) = &s.watch {
-                let _ = tx.send(reply(s.grants));
+                let lease = s.leases.get(&device).copied().unwrap_or(0);
+                let _ = tx.send(reply(lease));
             }
         }
     }
