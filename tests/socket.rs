@@ -890,3 +890,122 @@ fn attach_watched(d: &Daemon, client: &str) -> (Conn, Conn, u64) {
     watch.send(&Request::Watch { session });
     (c, watch, session)
 }
+
+/// What the daemon answers `request`, sent as the first request of a connection of another
+/// process (tests/fakes/relay.c), within a second.
+fn first_reply_to_another_process(d: &Daemon, request: &Request) -> Option<Reply> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut relay = Command::new(relay())
+        .arg(&d.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = relay.stdin.take().unwrap();
+    stdin
+        .write_all(request.encode().unwrap().as_bytes())
+        .unwrap();
+    let mut stdout = relay.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut header = [0u8; 4];
+        let reply = stdout.read_exact(&mut header).ok().and_then(|()| {
+            let mut payload = vec![0u8; gpushare::protocol::frame_len(header).ok()?];
+            stdout.read_exact(&mut payload).ok()?;
+            Reply::decode(&payload).ok()
+        });
+        let _ = tx.send(reply);
+    });
+    let reply = rx.recv_timeout(Duration::from_secs(1)).ok().flatten();
+    let _ = relay.kill();
+    let _ = relay.wait();
+    reply
+}
+
+/// A process's lanes are its own: another process cannot open one for its session, nor can it
+/// open a second for the same GPU; each lane serves its GPU's token alone, and closing one
+/// gives back that GPU's token and no other.
+#[test]
+fn lanes_belong_to_their_process_and_closing_one_frees_only_its_gpu() {
+    let d = Daemon::start(TWO_HALVES, None);
+    let mut a = d.connect();
+    let Reply::Welcome { session, .. } = a.hello("a") else {
+        panic!("no welcome")
+    };
+    let lane = |device| {
+        let mut c = d.connect();
+        c.send(&Request::Lane { session, device });
+        c
+    };
+    assert!(
+        matches!(
+            first_reply_to_another_process(
+                &d,
+                &Request::Lane {
+                    session,
+                    device: GPU0
+                }
+            ),
+            Some(Reply::Error {
+                code: ErrorCode::NotAllowed,
+                ..
+            })
+        ),
+        "another process's lane for this session"
+    );
+    let (mut lane0, mut lane1) = (lane(GPU0), lane(GPU1));
+    lane0.send(&Request::Acquire { device: GPU0 });
+    lane1.send(&Request::Acquire { device: GPU1 });
+    for (l, gpu) in [(&mut lane0, 0), (&mut lane1, 1)] {
+        assert!(
+            matches!(
+                l.recv_within(Duration::from_secs(1)),
+                Some(Reply::Grant { .. })
+            ),
+            "GPU {gpu} granted on its lane"
+        );
+    }
+    assert!(
+        matches!(
+            lane(GPU0).recv_within(Duration::from_secs(1)),
+            Some(Reply::Error {
+                code: ErrorCode::NotAllowed,
+                ..
+            })
+        ),
+        "a second lane for GPU 0"
+    );
+    lane1.send(&Request::Acquire { device: GPU0 });
+    assert_eq!(
+        lane1.recv_within(Duration::from_secs(1)),
+        None,
+        "a request about another GPU closes the lane"
+    );
+    // a waits on both GPUs; closing lane 1 (above) gave GPU 1 back, lane 0 still holds GPU 0
+    let mut b = d.connect();
+    b.hello("b");
+    b.send(&Request::Acquire { device: GPU1 });
+    assert!(
+        matches!(
+            b.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ),
+        "GPU 1 is free once its lane closed"
+    );
+    b.send(&Request::Acquire { device: GPU0 });
+    assert_eq!(
+        b.recv_within(Duration::from_millis(150)),
+        None,
+        "GPU 0 is still held on its lane"
+    );
+    drop(lane0);
+    assert!(
+        matches!(
+            b.recv_within(Duration::from_secs(1)),
+            Some(Reply::Grant { .. })
+        ),
+        "GPU 0 is free once its lane closed"
+    );
+    drop(a);
+}
