@@ -513,42 +513,51 @@ fn unexpected(r: Reply) -> std::io::Error {
 /// Runs one exchange about the token of `device` on the connection of `lane`, opened now if it
 /// is not open for this session and `device` (a lane's other GPU's connection closes, which
 /// gives that token back); `None` when unmanaged. A connection that fails is the daemon gone,
-/// as on the session's.
+/// as on the session's, unless the process re-attached meanwhile (the watch connection saw the
+/// daemon go first): then the exchange runs again on the new session's lane. Losing the new
+/// session for the old lane's failure made a process re-attach once more than the daemon
+/// restarted.
 fn with_lane<T>(
     lane: Lane,
     device: DeviceId,
-    f: impl FnOnce(&mut Link) -> std::io::Result<T>,
+    mut f: impl FnMut(&mut Link) -> std::io::Result<T>,
 ) -> Option<T> {
-    if attach() != Attach::Managed || crate::lease::exiting() {
-        return None;
-    }
-    let session_id = SESSION_ID.load(Acquire);
-    let mut slot = LANE_LINKS[lane].lock();
-    let open = matches!(&*slot, Some((s, d, _)) if *s == session_id && *d == device);
-    let result = if open {
-        Ok(())
-    } else {
-        LANE_FDS[lane].store(-1, Release);
-        *slot = None;
-        open_lane(session_id, device).map(|link| {
-            LANE_FDS[lane].store(link.fd(), Release);
-            *slot = Some((session_id, device, link));
-        })
-    };
-    let result = result.and_then(|()| match slot.as_mut() {
-        Some((_, _, link)) => f(link),
-        None => Err(std::io::ErrorKind::NotConnected.into()),
-    });
-    match result {
-        Ok(v) => Some(v),
-        Err(e) => {
+    for first in [true, false] {
+        if attach() != Attach::Managed || crate::lease::exiting() {
+            return None;
+        }
+        let session_id = SESSION_ID.load(Acquire);
+        let mut slot = LANE_LINKS[lane].lock();
+        let open = matches!(&*slot, Some((s, d, _)) if *s == session_id && *d == device);
+        let result = if open {
+            Ok(())
+        } else {
             LANE_FDS[lane].store(-1, Release);
             *slot = None;
-            drop(slot);
-            lose(&mut SESSION.lock(), &e);
-            None
+            open_lane(session_id, device).map(|link| {
+                LANE_FDS[lane].store(link.fd(), Release);
+                *slot = Some((session_id, device, link));
+            })
+        };
+        let result = result.and_then(|()| match slot.as_mut() {
+            Some((_, _, link)) => f(link),
+            None => Err(std::io::ErrorKind::NotConnected.into()),
+        });
+        let e = match result {
+            Ok(v) => return Some(v),
+            Err(e) => e,
+        };
+        LANE_FDS[lane].store(-1, Release);
+        *slot = None;
+        drop(slot);
+        let mut session = SESSION.lock();
+        if first && session.is_some() && SESSION_ID.load(Acquire) != session_id {
+            continue; // a lane of the session before a re-attach
         }
+        lose(&mut session, &e);
+        return None;
     }
+    None
 }
 
 /// A new connection to the daemon for the token of `device` in session `session_id`.

@@ -63,6 +63,7 @@ pub mod fairness;
 pub mod guarantee;
 pub mod lease_log;
 mod overlap;
+mod renewing;
 pub mod together;
 mod usage;
 
@@ -602,64 +603,26 @@ impl Scheduler {
     /// nothing (that lease was charged to its end and grace already); its process's drain took
     /// that long ([`drains`]).
     pub fn release(&mut self, session: SessionId, busy_ns: Nanos, now: Nanos) {
+        if let Some(h) = self.take_lease(session, now) {
+            // ended with work left: at its end, or revoked at its next launch
+            if h.revoked || now >= h.end {
+                self.renewing_from(h.client, now);
+            }
+            self.end_lease(h, busy_ns, now);
+        }
+    }
+
+    /// Removes the lease `session` holds, settled up to `now`; `None` (a release after the
+    /// token was taken back, its drain noted) if it holds none.
+    fn take_lease(&mut self, session: SessionId, now: Nanos) -> Option<Lease> {
         let Some(i) = self.holders.iter().position(|h| h.session == session) else {
             self.drains.released_late(session, now);
-            return;
+            return None;
         };
         self.settle(now);
         let h = self.holders.swap_remove(i);
         self.drains.released(session, h.end, now);
-        // ended with work left: at its end, or revoked at its next launch
-        if h.revoked || now >= h.end {
-            if let Some(c) = self.clients.get_mut(&h.client) {
-                if !c.shares.interactive {
-                    c.renewing_since = Some(now);
-                }
-            }
-        }
-        self.end_lease(h, busy_ns, now);
-    }
-
-    /// The batch clients between a lease that ended with work left and their next ask, within a
-    /// quantum of that end, neither waiting nor holding ([`Client::renewing_since`]): `(id,
-    /// virtual time, lease end)`. Still in line in all but name: they hold the virtual clock
-    /// back, and for [`RETURN_GAP`] no client that is a lease or more ahead of one of them in
-    /// virtual time takes the GPU ([`Scheduler::leaves_the_gap`]). GPU soak seed 9: a client
-    /// of request 0, far ahead in virtual time, took the gap after a lease of a 0.51 client
-    /// (50 us after its end, or after a revoked lease drained), the clock moved to its virtual
-    /// time, and every interactive process back from a pause was lifted there, behind the 0.51
-    /// client by tens of virtual seconds: the interactive clients got 0.008 of their due 0.149
-    /// for 40 s.
-    fn renewing(&self, now: Nanos) -> Vec<(ClientId, f64, Nanos)> {
-        let horizon = self.quantum.max(RETURN_GAP);
-        self.clients
-            .iter()
-            .filter(|(&id, c)| c.waiting.is_empty() && !self.holds(id))
-            .filter_map(|(&id, c)| {
-                let end = c.renewing_since.filter(|&end| now < end + horizon)?;
-                Some((id, c.vtime, end))
-            })
-            .collect()
-    }
-
-    /// Whether client `id`, first in line, leaves the GPU to a renewing client for the rest of
-    /// its gap ([`Scheduler::renewing`]): one it is over a lease ahead of (at its own weight)
-    /// in virtual time, unless `id` is owed and that one is not. Nearer clients take the gap as
-    /// before, and nobody waits for a client that does not ask within [`RETURN_GAP`].
-    fn leaves_the_gap(
-        &self,
-        id: ClientId,
-        renewing: &[(ClientId, f64, Nanos)],
-        now: Nanos,
-    ) -> bool {
-        let Some(c) = self.clients.get(&id) else {
-            return false;
-        };
-        let ahead = c.vtime - self.quantum as f64 / c.weight();
-        let owed = self.owed(id, now);
-        renewing.iter().any(|&(other, vtime, end)| {
-            now < end + RETURN_GAP && vtime < ahead && (!owed || self.owed(other, now))
-        })
+        Some(h)
     }
 
     /// Charges a lease that ended at `now` and updates its process's demand.
@@ -858,7 +821,10 @@ impl Scheduler {
 
     /// A session closed: it stops waiting and loses the token if it had it.
     pub fn session_gone(&mut self, session: SessionId, now: Nanos) {
-        self.release(session, 0, now);
+        // a process gone does not come back to renew its lease
+        if let Some(h) = self.take_lease(session, now) {
+            self.end_lease(h, 0, now);
+        }
         self.demand.remove(session);
         self.early.remove(&session);
         self.woken.remove(&session);

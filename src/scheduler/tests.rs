@@ -2607,6 +2607,26 @@ fn a_far_ahead_client_granted_after_a_revoked_lease_drained_moves_no_clock_past_
     far_ahead_client_in_a_renewing_clients_gap(2 * MS);
 }
 
+/// A lease that ends with work left makes its client renewing; a process that is gone does not
+/// (it will not ask again), and neither does a lease given back before its end.
+#[test]
+fn a_lease_ended_by_its_process_leaving_renews_nothing() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.poll(0).unwrap();
+    s.release(10, 0, 25 * MS);
+    assert_eq!(s.renewing(25 * MS).len(), 1, "released past its end");
+    s.acquire(1, 10, 26 * MS);
+    s.poll(26 * MS).unwrap();
+    s.release(10, 0, 30 * MS);
+    assert!(s.renewing(30 * MS).is_empty(), "given back before its end");
+    s.acquire(1, 10, 31 * MS);
+    s.poll(31 * MS).unwrap();
+    s.session_gone(10, 60 * MS);
+    assert!(s.renewing(60 * MS).is_empty(), "its process is gone");
+}
+
 /// Clients: 1 interactive (request 0.15, two processes asking for 600 us every 5 ms from 1 s
 /// on), 3 batch (0.51, saturating from 0.5 s on), 5 batch (request 0, saturating from 0: alone
 /// for half a second, 50 virtual seconds ahead of client 3 when it starts). Batch leases end
