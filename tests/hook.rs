@@ -2694,3 +2694,48 @@ fn a_long_kernel_queue_stays_bounded_from_the_first_launch() {
         );
     }
 }
+
+/// A process that launches all along re-attaches once per restart of the daemon. A restarted
+/// daemon numbers sessions from 1 again: a lane connection of the daemon before, taken for the
+/// new session's because the ids matched, failed at its next use and lost the new session, and
+/// the process re-attached three times over two restarts.
+#[test]
+fn a_process_re_attaches_once_per_restart_of_the_daemon() {
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    let mut d = one_lease_daemon("[clients.a]\nusers = [\"{uid}\"]\n").start();
+    let dir = tempfile::tempdir().unwrap();
+    let p = Run::new(Via::Dlsym)
+        .daemon(&d)
+        .client("a")
+        .log(&dir.path().join("kernels.log"))
+        .env(
+            "FAKE_CUDA_GPU",
+            &dir.path().join("gpu").display().to_string(),
+        )
+        .command(&["run:4000:1000000:0:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(1000));
+        d.stop();
+        d.restart();
+    }
+    let out = p.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("-> 0"),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("gpushare: re-attached").count(),
+        2,
+        "two restarts: {stderr}"
+    );
+}

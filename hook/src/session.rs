@@ -55,8 +55,14 @@ static CAP: AtomicU64 = AtomicU64::new(NO_CAP);
 static LINK_FD: AtomicI32 = AtomicI32::new(-1);
 /// This process's session id with the daemon (for its watch connection).
 static SESSION_ID: AtomicU64 = AtomicU64::new(0);
+/// This process's attachments to a daemon, counted: what its lanes belong to. A daemon that
+/// restarted numbers sessions from 1 again, so a session id alone does not tell a lane of the
+/// daemon before from one of the new daemon: taken for the new session's, an old lane failed at
+/// its next use and lost the new session (a process re-attached three times over two restarts).
+static ATTACHMENT: AtomicU64 = AtomicU64::new(0);
 static SESSION: ForkSafe<Option<Link>> = ForkSafe::new(None);
-/// Each lane's connection: the session it belongs to, the GPU it is for, and the link.
+/// Each lane's connection: the attachment it belongs to ([`ATTACHMENT`]), the GPU it is for, and
+/// the link.
 static LANE_LINKS: PerLane<ForkSafe<Option<(u64, DeviceId, Link)>>> =
     PerLane([const { ForkSafe::new(None) }; MAX]);
 /// The lanes' connections' descriptors (-1: none), for a fork child to close.
@@ -208,7 +214,7 @@ fn attach_slow() -> Attach {
             LINK_FD.store(link.fd(), Release);
             *session = Some(link);
             lease::restart_numbering();
-            SESSION_ID.store(session_id, Release);
+            begin_session(session_id);
             // Before the state says managed: lanes are opened to it.
             let _ = TARGET.set((socket.clone(), client));
             let attached = settle(MANAGED);
@@ -286,6 +292,23 @@ fn lose(session: &mut Option<Link>, e: &dyn std::fmt::Display) {
 fn watch_closed() {
     if STATE.load(Acquire) == MANAGED && !lease::exiting() {
         start_reattaching();
+    }
+}
+
+/// A session `session_id` begins: lanes opened before are of another attachment.
+fn begin_session(session_id: u64) {
+    SESSION_ID.store(session_id, Release);
+    ATTACHMENT.fetch_add(1, AcqRel);
+}
+
+/// The current session's id and attachment, read together.
+fn current_session() -> (u64, u64) {
+    loop {
+        let attachment = ATTACHMENT.load(Acquire);
+        let session_id = SESSION_ID.load(Acquire);
+        if ATTACHMENT.load(Acquire) == attachment {
+            return (session_id, attachment);
+        }
     }
 }
 
@@ -428,7 +451,7 @@ fn try_reattach(socket: &std::path::Path, client: &str) -> Result<(), Retry> {
     CAP.store(memory_cap, Release);
     LINK_FD.store(link.fd(), Release);
     lease::restart_numbering();
-    SESSION_ID.store(session_id, Release);
+    begin_session(session_id);
     for (gate, lane) in gates.iter_mut().zip(Lane::all()) {
         **gate = Lease::NONE;
         lease::withdraw(lane);
@@ -526,9 +549,9 @@ fn with_lane<T>(
         if attach() != Attach::Managed || crate::lease::exiting() {
             return None;
         }
-        let session_id = SESSION_ID.load(Acquire);
+        let (session_id, attachment) = current_session();
         let mut slot = LANE_LINKS[lane].lock();
-        let open = matches!(&*slot, Some((s, d, _)) if *s == session_id && *d == device);
+        let open = matches!(&*slot, Some((a, d, _)) if *a == attachment && *d == device);
         let result = if open {
             Ok(())
         } else {
@@ -536,7 +559,7 @@ fn with_lane<T>(
             *slot = None;
             open_lane(session_id, device).map(|link| {
                 LANE_FDS[lane].store(link.fd(), Release);
-                *slot = Some((session_id, device, link));
+                *slot = Some((attachment, device, link));
             })
         };
         let result = result.and_then(|()| match slot.as_mut() {
@@ -551,7 +574,7 @@ fn with_lane<T>(
         *slot = None;
         drop(slot);
         let mut session = SESSION.lock();
-        if first && session.is_some() && SESSION_ID.load(Acquire) != session_id {
+        if first && session.is_some() && ATTACHMENT.load(Acquire) != attachment {
             continue; // a lane of the session before a re-attach
         }
         lose(&mut session, &e);
