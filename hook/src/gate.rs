@@ -341,9 +341,10 @@ fn watch(lane: Lane) {
             continue;
         }
         pacing::sample(lane, || sample_stream(lane, &seen));
+        // one look at the queue for every decision below
         let idle = pacing::idle_for(lane);
         pauses::sampled(lane, idle);
-        if extension_due(lane, &seen) {
+        if extension_due(lane, &seen, idle) {
             extend_early(lane, &seen);
             continue;
         }
@@ -353,7 +354,7 @@ fn watch(lane: Lane) {
             lease::give_back_soon(lane);
             continue;
         }
-        if !release_due(lane, &seen) {
+        if !release_due(lane, &seen, idle) {
             let period = if pacing::relaxed(lane) {
                 RELAXED_SAMPLE_NS
             } else {
@@ -402,7 +403,7 @@ static ASKED_AHEAD: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; M
 /// batch client's lease, not revoked, in the last [`extend_ahead`] of it, not asked for yet,
 /// while the process has work on the GPU or launched within [`QUIET_NS`] (a process that left
 /// the GPU keeps no token by asking ahead).
-fn extension_due(lane: Lane, lease: &Lease) -> bool {
+fn extension_due(lane: Lane, lease: &Lease, idle: Option<u64>) -> bool {
     let now = now_ns();
     let left = lease.deadline.saturating_sub(now);
     left > 0
@@ -410,7 +411,7 @@ fn extension_due(lane: Lane, lease: &Lease) -> bool {
         && ASKED_AHEAD[lane].load(Relaxed) != lease.granted_at
         && REVOKED_AT[lane].load(Acquire) == 0
         && !INTERACTIVE.load(Relaxed)
-        && pacing::idle_for(lane).is_none_or(|t| t < QUIET_NS)
+        && idle.is_none_or(|t| t < QUIET_NS)
 }
 
 /// Asks the daemon to extend `seen`, the lease of `lane` still held, ahead of its end.
@@ -454,21 +455,21 @@ fn give_back_due(lane: Lane, lease: &Lease, idle: Option<u64>) -> bool {
         && idle.is_some_and(|t| t.min(since_grant) >= limit)
 }
 
-/// Whether the lease thread should give `lease` of `lane` back now.
-fn release_due(lane: Lane, lease: &Lease) -> bool {
+/// Whether the lease thread should give `lease` of `lane` back now (its process `idle`, as
+/// [`pacing::idle_for`] says).
+fn release_due(lane: Lane, lease: &Lease, idle: Option<u64>) -> bool {
     let now = now_ns();
     let revoked = REVOKED_AT[lane].load(Acquire);
     if revoked != 0 {
         return now >= revoked + REVOKE_SLACK_NS;
     }
-    if INTERACTIVE.load(Relaxed) && pacing::idle_for(lane).is_some_and(|t| t >= INTERACTIVE_IDLE_NS)
-    {
+    if INTERACTIVE.load(Relaxed) && idle.is_some_and(|t| t >= INTERACTIVE_IDLE_NS) {
         return true;
     }
     now >= lease
         .deadline
         .saturating_add(idle_slack(lease.deadline - lease.granted_at))
-        && pacing::idle_for(lane).is_some_and(|t| t >= QUIET_NS)
+        && idle.is_some_and(|t| t >= QUIET_NS)
 }
 
 fn set_context(ctx: usize) -> bool {

@@ -275,6 +275,8 @@ pub struct Scheduler {
     /// Leases granted alone (without MPS) that another started beside, whose holders have not
     /// been told yet.
     joined: Vec<SessionId>,
+    /// Leases granted while nobody waited that a process now waits for, whose holders have not
+    /// been told yet ([`Scheduler::take_contended`]).
     contended: Vec<SessionId>,
     /// When each session's last lease ended.
     lease_log: LeaseLog,
