@@ -6,14 +6,14 @@
 
 mod common;
 
-use common::{Daemon, DaemonBuilder, FakeGpu, GPU0};
+use common::{Daemon, DaemonBuilder, FakeGpu, Relayed, GPU0};
 use gpushare::protocol::{Reply, Request};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use std::time::{Duration, Instant};
 
@@ -169,40 +169,11 @@ fn gpushared_kills_an_unattached_process_but_not_mps() {
 
 /// A process attached to the daemon on the test's behalf (tests/fakes/relay.c): the test speaks
 /// the protocol through it, and the daemon sees its pid.
-struct Attached {
-    child: Child,
-    stdin: std::process::ChildStdin,
-    replies: std::sync::mpsc::Receiver<Reply>,
-}
+struct Attached(Relayed);
 
 impl Attached {
     fn new(socket: &Path, client: &str) -> Attached {
-        let mut child = Command::new(common::relay())
-            .arg(socket)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = child.stdout.take().unwrap();
-        let (tx, replies) = std::sync::mpsc::channel();
-        std::thread::spawn(move || loop {
-            let mut header = [0u8; 4];
-            if stdout.read_exact(&mut header).is_err() {
-                return;
-            }
-            let mut payload = vec![0u8; gpushare::protocol::frame_len(header).unwrap()];
-            if stdout.read_exact(&mut payload).is_err()
-                || tx.send(Reply::decode(&payload).unwrap()).is_err()
-            {
-                return;
-            }
-        });
-        let mut a = Attached {
-            child,
-            stdin,
-            replies,
-        };
+        let mut a = Attached(Relayed::connect(socket));
         a.send(&Request::Hello {
             version: gpushare::protocol::PROTOCOL_VERSION,
             client: client.into(),
@@ -214,16 +185,16 @@ impl Attached {
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.0.child.id()
     }
 
     fn send(&mut self, r: &Request) {
-        self.stdin.write_all(&r.to_frame().unwrap()).unwrap();
+        self.0.send(r);
     }
 
     fn reply(&self) -> Reply {
-        self.replies
-            .recv_timeout(PATIENCE)
+        self.0
+            .reply_within(PATIENCE)
             .expect("a reply from the daemon")
     }
 
@@ -247,7 +218,7 @@ impl Attached {
     fn wait(&mut self, within: Duration) -> std::process::ExitStatus {
         let deadline = Instant::now() + within;
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.0.child.try_wait().unwrap() {
                 return status;
             }
             assert!(
@@ -257,13 +228,6 @@ impl Attached {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -892,35 +892,11 @@ fn attach_watched(d: &Daemon, client: &str) -> (Conn, Conn, u64) {
 }
 
 /// What the daemon answers `request`, sent as the first request of a connection of another
-/// process (tests/fakes/relay.c), within a second.
+/// process, within a second.
 fn first_reply_to_another_process(d: &Daemon, request: &Request) -> Option<Reply> {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
-    let mut relay = Command::new(relay())
-        .arg(&d.socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = relay.stdin.take().unwrap();
-    stdin
-        .write_all(request.encode().unwrap().as_bytes())
-        .unwrap();
-    let mut stdout = relay.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut header = [0u8; 4];
-        let reply = stdout.read_exact(&mut header).ok().and_then(|()| {
-            let mut payload = vec![0u8; gpushare::protocol::frame_len(header).ok()?];
-            stdout.read_exact(&mut payload).ok()?;
-            Reply::decode(&payload).ok()
-        });
-        let _ = tx.send(reply);
-    });
-    let reply = rx.recv_timeout(Duration::from_secs(1)).ok().flatten();
-    let _ = relay.kill();
-    let _ = relay.wait();
-    reply
+    let mut other = Relayed::connect(&d.socket);
+    other.send(request);
+    other.reply_within(Duration::from_secs(1))
 }
 
 /// A process's lanes are its own: another process cannot open one for its session, nor can it

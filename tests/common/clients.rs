@@ -1,5 +1,6 @@
-//! Clients of the daemon's socket without the hook: a raw protocol connection of the test's own
-//! and processes of other users that hold leases.
+//! Clients of the daemon's socket without the hook: a raw protocol connection of the test's own,
+//! one made by another process on the test's behalf, and processes of other users that hold
+//! leases.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -56,6 +57,63 @@ impl Conn {
             reserved: vec![],
         });
         self.recv().expect("a reply to Hello")
+    }
+}
+
+/// A process that speaks to the daemon's socket on the test's behalf (tests/fakes/relay.c):
+/// what the test sends goes to the daemon as that process's, so the daemon sees another pid.
+/// The process is killed when this is dropped.
+pub struct Relayed {
+    pub child: Child,
+    stdin: std::process::ChildStdin,
+    replies: std::sync::mpsc::Receiver<Reply>,
+}
+
+impl Relayed {
+    /// A new connection to `socket` through a relay process.
+    pub fn connect(socket: &Path) -> Relayed {
+        let mut child = Command::new(super::relay())
+            .arg(socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, replies) = std::sync::mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut header = [0u8; 4];
+            if stdout.read_exact(&mut header).is_err() {
+                return;
+            }
+            let mut payload = vec![0u8; frame_len(header).unwrap()];
+            if stdout.read_exact(&mut payload).is_err()
+                || tx.send(Reply::decode(&payload).unwrap()).is_err()
+            {
+                return;
+            }
+        });
+        Relayed {
+            child,
+            stdin,
+            replies,
+        }
+    }
+
+    pub fn send(&mut self, r: &Request) {
+        self.stdin.write_all(&r.to_frame().unwrap()).unwrap();
+    }
+
+    /// The daemon's next reply, if one comes within `t`.
+    pub fn reply_within(&self, t: Duration) -> Option<Reply> {
+        self.replies.recv_timeout(t).ok()
+    }
+}
+
+impl Drop for Relayed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -14,7 +14,7 @@ pub mod kernel_log;
 pub mod users;
 
 pub use bus::TestBus;
-pub use clients::{expect_done, hold_leases_as, Conn};
+pub use clients::{expect_done, hold_leases_as, Conn, Relayed};
 pub use daemon::{Daemon, DaemonBuilder};
 pub use fakes::{fake_nvml, fake_nvml_old_driver, relay, FakeGpu, FAKE_MPS_CONTROL};
 pub use users::{require_root, test_user};
