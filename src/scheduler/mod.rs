@@ -158,9 +158,11 @@ struct Client {
     credit: f64,
     credit_at: Nanos,
     waiting: VecDeque<SessionId>,
-    /// (end of charge, charged ns) for the last `USAGE_WINDOW`.
+    /// (end of a lease or of its part before an extension, GPU time its work took) for the
+    /// last `USAGE_WINDOW`: what USED reports ([`Lease::used`]).
     recent: VecDeque<(Nanos, Nanos)>,
     charged_total: Nanos,
+    /// GPU time its work took ([`Lease::used`]), added up.
     gpu_total: Nanos,
     grants: u64,
     /// Time its processes waited for a grant, counting the waits that ended.
@@ -207,6 +209,10 @@ impl Client {
         self.vtime += ns as f64 / self.weight();
         self.credit -= ns as f64;
         self.charged_total += ns;
+    }
+    /// Its work took `ns` of GPU time in a lease (or a lease's part) that ended at `now`.
+    fn used(&mut self, ns: Nanos, now: Nanos) {
+        self.gpu_total += ns;
         self.recent.push_back((now, ns));
     }
 }
@@ -222,6 +228,14 @@ struct Lease {
     length: Nanos,
     /// GPU time owed so far: wall time, divided among the leases that ran at the same moment.
     owed: f64,
+    /// GPU time its work took so far, as the driver's equal turns divide the GPU among the
+    /// leases running at the same moment by their processes' demands (a process that needs
+    /// less than its turn leaves the rest to the others). At its end it is capped by the busy
+    /// time its process reports, and a lease that ran alone throughout took that busy time.
+    /// This is what USED reports; the charge ([`Lease::owed`]) stays wall time.
+    used: f64,
+    /// Another lease ran beside it at some moment.
+    crowded: bool,
     /// Ended early, for an interactive client or a probe first in line: no extension, the token
     /// goes back at the holder's next launch.
     revoked: bool,
@@ -356,8 +370,16 @@ impl Scheduler {
     fn settle(&mut self, now: Nanos) {
         let dt = now.saturating_sub(self.owed_at) as f64;
         let n = self.holders.len().max(1) as f64;
-        for h in &mut self.holders {
+        let turns: Vec<(f64, f64)> = self
+            .holders
+            .iter()
+            .map(|h| (self.demand.get(h.session).unwrap_or(1.0), 1.0))
+            .collect();
+        let parts = fairness::water_fill(&turns, 1.0);
+        for (h, part) in self.holders.iter_mut().zip(parts) {
             h.owed += dt / n;
+            h.used += dt * part;
+            h.crowded |= n > 1.0 && dt > 0.0;
         }
         self.owed_at = now.max(self.owed_at);
     }
@@ -642,14 +664,15 @@ impl Scheduler {
                 // (never more than its wall time's part), as its process reports it.
                 owed = owed.min(busy);
             }
-            c.gpu_total += busy;
             c.charge(owed, window, now);
+            c.used(lease_used(&h, busy), now);
             tracing::debug!(
                 client = h.client,
                 session = h.session,
                 wall_ms = wall as f64 / 1e6,
                 busy_ms = busy as f64 / 1e6,
                 owed_ms = owed as f64 / 1e6,
+                used_ms = lease_used(&h, busy) as f64 / 1e6,
                 alone = h.alone,
                 probe = h.probe,
                 revoked = h.revoked,
@@ -740,6 +763,9 @@ impl Scheduler {
         let c = self.clients.get_mut(&h.client)?;
         let owed = h.owed.round() as Nanos;
         c.charge(owed, window, now);
+        // its process reports no busy time at an extension: what ran so far took what the
+        // turns give it
+        c.used(h.used.round() as Nanos, now);
         let book = self.books.entry(session).or_default();
         book.charge(owed);
         c.refill(now, burst, others);
@@ -768,6 +794,8 @@ impl Scheduler {
             end: now + quantum,
             length: quantum,
             owed: 0.0,
+            used: 0.0,
+            crowded: false,
             revoked: false,
             alone,
             probe: false,
@@ -1217,6 +1245,8 @@ impl Scheduler {
             end: now + lease_ns,
             length: lease_ns,
             owed: 0.0,
+            used: 0.0,
+            crowded: false,
             revoked: false,
             alone,
             probe,
@@ -1278,6 +1308,17 @@ impl Scheduler {
 
     pub fn holder_count(&self) -> usize {
         self.holders.len()
+    }
+}
+
+/// The GPU time the work of lease `h` took, its process having reported `busy` (clamped to its
+/// wall time): all of it for a lease that ran alone; beside others, where a process's work also
+/// waits for theirs, no more than the driver's turns gave it ([`Lease::used`]).
+fn lease_used(h: &Lease, busy: Nanos) -> Nanos {
+    if h.crowded {
+        busy.min(h.used.round() as Nanos)
+    } else {
+        busy
     }
 }
 

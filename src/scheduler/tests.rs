@@ -716,6 +716,32 @@ fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
     }
 }
 
+/// USED counts the GPU time each process's work took, not the leases' wall time divided among
+/// the leases running together: beside a saturating process, four processes that keep the GPU
+/// busy 10% of the time each took 0.1 each, and the saturating one the 0.6 they left it (with
+/// wall time divided, each of the five was charged 0.2).
+#[test]
+fn used_is_what_the_drivers_turns_gave_each_process_beside_the_others() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    for c in 2..=5 {
+        s.set_client(c, shares(0.125, 1.0), 0);
+    }
+    let mut sessions = vec![(1, 10, 1.0)];
+    sessions.extend((2..=5).map(|c| (c, c * 10, 0.1)));
+    let span = 20 * S;
+    let (most, _) = run_gated(&mut s, &sessions, span);
+    assert_eq!(most, 5);
+    let used = |c| s.usage(c, 2 * span).unwrap().share;
+    assert_near(used(1), 0.6, 0.03, "the saturating client");
+    for c in 2..=5 {
+        assert_near(used(c), 0.1, 0.02, &format!("light client {c}"));
+    }
+    let charged = s.usage(1, 2 * span).unwrap().charged_total as f64;
+    let taken = s.usage(1, 2 * span).unwrap().gpu_total as f64;
+    assert!(charged < 0.5 * taken, "charged {charged}, took {taken}");
+}
+
 /// A light process (an inference client) among saturating processes of unequal weights (one
 /// client's two training jobs beside another client's one) starts at once beside whichever of
 /// them runs, even while a heavy one that cannot start beside it is first in line: it fits,

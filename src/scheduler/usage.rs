@@ -6,10 +6,12 @@ use super::{ClientId, Nanos, Scheduler, SessionId, USAGE_WINDOW};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Usage {
     /// Fraction of the last `USAGE_WINDOW` (or of the time since the scheduler started, if
-    /// shorter) charged to the client.
+    /// shorter) that the client's work took (USED): each lease's busy time as its process
+    /// reports it, beside other leases no more than the driver's turns gave it.
     pub share: f64,
+    /// Wall time charged to its leases, by which it takes its turns.
     pub charged_total: Nanos,
-    /// GPU busy time its processes reported (each lease's report clamped to its wall time).
+    /// GPU time its work took, as in `share`, added up.
     pub gpu_total: Nanos,
     pub grants: u64,
     /// Time its processes waited for a grant (from asking to the grant), waits going on

@@ -138,7 +138,7 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
     let mut windows = Vec::new();
     let mut window_start = 0;
     let mut ran_at_start = vec![0; procs.len()];
-    let mut charged_at_start = vec![0; shares.len()];
+    let mut used_at_start = vec![0; shares.len()];
     let mut now = 0;
     let mut told = vec![false; procs.len()];
     let mut last_pending = vec![Nanos::MAX; procs.len()];
@@ -173,12 +173,12 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
                             solo[p] * alive as f64 / WINDOW_NS as f64
                         })
                         .sum();
-                    let charged = charged(&sched, i, now);
+                    let used = used_by(&sched, i, now);
                     Observed {
                         shares: shares[i],
                         demand,
                         got: got as f64 / WINDOW_NS as f64,
-                        used: Some((charged - charged_at_start[i]) as f64 / WINDOW_NS as f64),
+                        used: Some((used - used_at_start[i]) as f64 / WINDOW_NS as f64),
                     }
                 })
                 .collect();
@@ -192,8 +192,8 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
             for (p, ran) in ran_at_start.iter_mut().enumerate() {
                 *ran = gpu.ran(p);
             }
-            for (i, c) in charged_at_start.iter_mut().enumerate() {
-                *c = charged(&sched, i, now);
+            for (i, c) in used_at_start.iter_mut().enumerate() {
+                *c = used_by(&sched, i, now);
             }
         }
         // everyone acts until nobody has anything more to say
@@ -301,10 +301,10 @@ fn session_id(p: usize) -> SessionId {
     p as SessionId + 1
 }
 
-fn charged(sched: &Scheduler, client: usize, now: Nanos) -> Nanos {
+fn used_by(sched: &Scheduler, client: usize, now: Nanos) -> Nanos {
     sched
         .usage(client_id(client), now)
-        .map_or(0, |u| u.charged_total)
+        .map_or(0, |u| u.gpu_total)
 }
 
 #[cfg(test)]

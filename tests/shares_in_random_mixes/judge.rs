@@ -25,7 +25,7 @@ pub struct Judged {
     pub broken: Vec<String>,
 }
 
-/// Each window's due beside what each client got and was charged, the GPU divided being what
+/// Each window's due beside what each client got and its USED, the GPU divided being what
 /// the mix got done in it ([`capacity`]: the fake counts the host's hand-overs as idle GPU
 /// time); broken where a saturating batch client got less than its due by more than
 /// [`SHORT_TOLERANCE`], or a light one less than [`LIGHT_KEPT`] of it. The interactive client

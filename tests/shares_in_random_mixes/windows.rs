@@ -1,5 +1,5 @@
 //! A mix run on the fake GPU under a real daemon, cut into windows: what each client got in
-//! each (its process's kernel time, from the fake's log) and what the daemon charged it.
+//! each (its process's kernel time, from the fake's log) and the daemon's USED.
 
 use gpushare::referee::Observed;
 
@@ -20,24 +20,24 @@ pub struct Window {
 }
 
 /// What a run gave: its windows, and over all of them together each client's got and the
-/// daemon's USED (the GPU time it charged the client over that span).
+/// daemon's USED (the GPU time it counts the client's work took over that span).
 #[derive(Debug, Clone)]
 pub struct Ran {
     pub windows: Vec<Window>,
     pub whole: Vec<Observed>,
 }
 
-/// The daemon's charges of each client of `mix` (`charged_ns`), and when they were read.
-struct Charges {
+/// The daemon's USED of each client of `mix` so far (`gpu_time_ns`), and when it was read.
+struct Used {
     at: u64,
-    charged: Vec<u64>,
+    used: Vec<u64>,
 }
 
-fn charges(d: &Daemon, mix: &Mix) -> Charges {
+fn used(d: &Daemon, mix: &Mix) -> Used {
     let before = now_ns();
     let clients = d.clients_json();
     let after = now_ns();
-    let charged = mix
+    let used = mix
         .clients
         .iter()
         .map(|c| {
@@ -46,18 +46,18 @@ fn charges(d: &Daemon, mix: &Mix) -> Charges {
                 .unwrap()
                 .iter()
                 .find(|j| j["name"] == c.name.as_str())
-                .and_then(|j| j["charged_ns"].as_u64())
+                .and_then(|j| j["gpu_time_ns"].as_u64())
                 .unwrap_or(0)
         })
         .collect();
-    Charges {
+    Used {
         at: (before + after) / 2,
-        charged,
+        used,
     }
 }
 
 /// Runs every client's process of `mix` for `run_ms` on one fake GPU under a fresh daemon,
-/// reading the daemon's charges at each of `bounds_ms` (after the start): the windows lie
+/// reading the daemon's USED at each of `bounds_ms` (after the start): the windows lie
 /// between them. `demands` are the clients' demands, kept in each window.
 pub fn run(mix: &Mix, demands: &[f64], run_ms: u64, bounds_ms: &[u64]) -> Ran {
     let d = overlapping_daemon(&mix.config()).start();
@@ -71,16 +71,16 @@ pub fn run(mix: &Mix, demands: &[f64], run_ms: u64, bounds_ms: &[u64]) -> Ran {
         .collect();
     let start = now_ns();
     let processes = spawn_on_shared_gpu(&d, &log, &gpu, &runs, &[]);
-    let read: Vec<Charges> = bounds_ms
+    let read: Vec<Used> = bounds_ms
         .iter()
         .map(|&b| {
             sleep_until(start + b * MS);
-            charges(&d, mix)
+            used(&d, mix)
         })
         .collect();
     let pids: Vec<u32> = processes.into_iter().map(|p| finished(p).0).collect();
     let k = kernels(&log);
-    let observe = |from: &Charges, to: &Charges| -> Vec<Observed> {
+    let observe = |from: &Used, to: &Used| -> Vec<Observed> {
         let span = (to.at - from.at) as f64;
         mix.clients
             .iter()
@@ -89,7 +89,7 @@ pub fn run(mix: &Mix, demands: &[f64], run_ms: u64, bounds_ms: &[u64]) -> Ran {
                 shares: c.shares,
                 demand: demands[i],
                 got: busy_within(&k, pids[i], from.at, to.at) as f64 / span,
-                used: Some(to.charged[i].saturating_sub(from.charged[i]) as f64 / span),
+                used: Some(to.used[i].saturating_sub(from.used[i]) as f64 / span),
             })
             .collect()
     };
