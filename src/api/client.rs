@@ -29,10 +29,11 @@ pub struct Client {
     pub memory_used: u64,
     #[serde(with = "variant_on_dbus")]
     pub interactive: bool,
-    /// Share of GPU time charged to it over the last ten seconds (1.0: one GPU's time).
+    /// Share of GPU time its work took over the last ten seconds, its USED (1.0: one GPU's
+    /// time).
     #[serde(with = "variant_on_dbus")]
     pub share_used: f64,
-    /// GPU busy time its processes reported.
+    /// GPU time its work took, as in `share_used`.
     #[serde(with = "variant_on_dbus")]
     pub gpu_time_ns: u64,
     /// GPU time charged to it.

@@ -175,13 +175,13 @@ impl ClientObject {
     fn memory_used(&self) -> u64 {
         self.0.memory_used
     }
-    /// Share of GPU time charged to it over the last ten seconds, added up over the GPUs (1.0
-    /// is one GPU's time).
+    /// Share of GPU time its work took over the last ten seconds, added up over the GPUs (1.0
+    /// is one GPU's time): its USED (gpushare-scheduler(7)).
     #[zbus(property)]
     fn share(&self) -> f64 {
         self.0.share
     }
-    /// GPU busy time its processes reported, in nanoseconds.
+    /// GPU time its work took, as in Share, in nanoseconds.
     #[zbus(property)]
     fn gpu_time_ns(&self) -> u64 {
         self.0.gpu_time_ns

@@ -16,9 +16,10 @@ pub struct ClientReport {
     /// Device memory its processes hold, on all GPUs together.
     pub memory_used: u64,
     pub interactive: bool,
-    /// Fraction of GPU time charged over the last ten seconds, added up over the GPUs (1.0 is
-    /// one GPU's time).
+    /// Fraction of GPU time its work took over the last ten seconds (USED), added up over the
+    /// GPUs (1.0 is one GPU's time).
     pub share_used: f64,
+    /// GPU time its work took, as in `share_used`.
     pub gpu_time_ns: u64,
     pub charged_ns: u64,
     pub grants: u64,
@@ -51,7 +52,7 @@ pub struct ClientDeviceReport {
     pub device: String,
     /// Device memory its processes hold there.
     pub memory_used: u64,
-    /// Fraction of that GPU's time charged to it over the last ten seconds.
+    /// Fraction of that GPU's time its work took over the last ten seconds (USED).
     pub share_used: f64,
     /// Whether one of its processes holds a lease there.
     pub holding: bool,
