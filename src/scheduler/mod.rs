@@ -366,8 +366,12 @@ impl Scheduler {
     }
 
     /// Brings each running lease's `owed` up to `now`: the time since the last change, divided by
-    /// the number of leases that ran in it.
+    /// the number of leases that ran in it (and its `used`, by the driver's turns).
     fn settle(&mut self, now: Nanos) {
+        if now <= self.owed_at {
+            // nothing ran since: several calls at one moment divide nothing
+            return;
+        }
         let dt = now.saturating_sub(self.owed_at) as f64;
         let n = self.holders.len().max(1) as f64;
         let turns: Vec<(f64, f64)> = self
@@ -379,9 +383,9 @@ impl Scheduler {
         for (h, part) in self.holders.iter_mut().zip(parts) {
             h.owed += dt / n;
             h.used += dt * part;
-            h.crowded |= n > 1.0 && dt > 0.0;
+            h.crowded |= n > 1.0;
         }
-        self.owed_at = now.max(self.owed_at);
+        self.owed_at = now;
     }
 
     /// Whether `client` is of the latency class.
@@ -664,15 +668,16 @@ impl Scheduler {
                 // (never more than its wall time's part), as its process reports it.
                 owed = owed.min(busy);
             }
+            let used = lease_used(&h, busy);
             c.charge(owed, window, now);
-            c.used(lease_used(&h, busy), now);
+            c.used(used, now);
             tracing::debug!(
                 client = h.client,
                 session = h.session,
                 wall_ms = wall as f64 / 1e6,
                 busy_ms = busy as f64 / 1e6,
                 owed_ms = owed as f64 / 1e6,
-                used_ms = lease_used(&h, busy) as f64 / 1e6,
+                used_ms = used as f64 / 1e6,
                 alone = h.alone,
                 probe = h.probe,
                 revoked = h.revoked,

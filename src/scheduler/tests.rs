@@ -698,8 +698,9 @@ fn saturating_processes_hold_leases_alone_and_keep_their_shares() {
     assert_near(held[&2], 0.25, 0.01, "client 2");
 }
 
-#[test]
-fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
+/// A demand-gated scheduler with client 1 (request 0.5) and clients 2-5 (0.125 each), and their
+/// processes for [`run_gated`]: client 1's saturating, the others' busy 10% of the time each.
+fn heavy_beside_four_light() -> (Scheduler, Vec<(ClientId, SessionId, f64)>) {
     let mut s = gated(20 * MS);
     s.set_client(1, shares(0.5, 1.0), 0);
     for c in 2..=5 {
@@ -707,6 +708,12 @@ fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
     }
     let mut sessions = vec![(1, 10, 1.0)];
     sessions.extend((2..=5).map(|c| (c, c * 10, 0.1)));
+    (s, sessions)
+}
+
+#[test]
+fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
+    let (mut s, sessions) = heavy_beside_four_light();
     let (most, held) = run_gated(&mut s, &sessions, 20 * S);
     // the light ones take 0.4 in the driver's turns, less than their due: the heavy one
     // gets the rest, more than its request
@@ -722,13 +729,7 @@ fn a_saturating_process_runs_beside_light_ones_that_leave_it_its_share() {
 /// wall time divided, each of the five was charged 0.2).
 #[test]
 fn used_is_what_the_drivers_turns_gave_each_process_beside_the_others() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    for c in 2..=5 {
-        s.set_client(c, shares(0.125, 1.0), 0);
-    }
-    let mut sessions = vec![(1, 10, 1.0)];
-    sessions.extend((2..=5).map(|c| (c, c * 10, 0.1)));
+    let (mut s, sessions) = heavy_beside_four_light();
     let span = 20 * S;
     let (most, _) = run_gated(&mut s, &sessions, span);
     assert_eq!(most, 5);
@@ -737,8 +738,8 @@ fn used_is_what_the_drivers_turns_gave_each_process_beside_the_others() {
     for c in 2..=5 {
         assert_near(used(c), 0.1, 0.02, &format!("light client {c}"));
     }
-    let charged = s.usage(1, 2 * span).unwrap().charged_total as f64;
-    let taken = s.usage(1, 2 * span).unwrap().gpu_total as f64;
+    let heavy = s.usage(1, 2 * span).unwrap();
+    let (charged, taken) = (heavy.charged_total as f64, heavy.gpu_total as f64);
     assert!(charged < 0.5 * taken, "charged {charged}, took {taken}");
 }
 

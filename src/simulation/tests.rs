@@ -209,6 +209,15 @@ fn saturating_mixes_keep_every_clients_due_share() {
     );
 }
 
+/// |USED - got| of every client in every window of `out`.
+fn used_off_got(out: &Outcome) -> Vec<f64> {
+    out.windows
+        .iter()
+        .flat_map(|w| w.clients.iter())
+        .filter_map(|c| Some((c.used? - c.got).abs()))
+        .collect()
+}
+
 /// Prints, for each kind of loop in the library, how many random mixes of it keep the promise
 /// (each window dividing what the mix could use, [`referee::capacity`]), beside the same for
 /// plain time-slicing, and in how many gpushare left some client shorter than time-slicing did:
@@ -232,11 +241,7 @@ fn promise_by_kind() {
             let (out, ts) = (run(&sc), run_time_sliced(&sc));
             shorts.push(worst(&out, Some(&ts)).0);
             sliced.push(worst(&ts, Some(&out)).0);
-            used_off.extend(out.windows.iter().flat_map(|w| {
-                w.clients
-                    .iter()
-                    .filter_map(|c| c.used.map(|u| (u - c.got).abs()))
-            }));
+            used_off.extend(used_off_got(&out));
         }
         let used_mean = used_off.iter().sum::<f64>() / used_off.len().max(1) as f64;
         let used_over = used_off.iter().filter(|&&d| d > 0.03).count();
@@ -576,17 +581,7 @@ fn used_is_what_each_client_got_in_random_mixes() {
         vec![Kind::Saturating],
     ] {
         let off: Vec<f64> = (0..8)
-            .flat_map(|seed| {
-                let out = run(&Scenario::random_of(seed, 20 * S, &kinds));
-                out.windows
-                    .iter()
-                    .flat_map(|w| {
-                        w.clients
-                            .iter()
-                            .filter_map(|c| Some((c.used? - c.got).abs()))
-                    })
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(|seed| used_off_got(&run(&Scenario::random_of(seed, 20 * S, &kinds))))
             .collect();
         let mean = off.iter().sum::<f64>() / off.len() as f64;
         assert!(mean <= 0.03, "{kinds:?}: |USED - got| {mean:.3} on average");
