@@ -6,6 +6,9 @@
 # gpushare over its rate without (target >= 0.98 each). Then a process of a client capped at
 # 8 GiB allocates 6 GiB on GPU 0 and 6 GiB on GPU 1 (both must succeed: the cap holds per GPU)
 # and 3 GiB more on GPU 1 (must fail with OutOfMemoryError).
+# Then one process driving every GPU, a thread per GPU (threads_job.py, client c0): without
+# gpushare, under it alone (target >= 0.95 of its rate without on each GPU) and beside a job of
+# client c1 on GPU 0 (GPU 0 shared by the requests, GPU 1 its own).
 #   bench/multi_gpu/run.sh [OUTPUT_DIR]
 # Needs python3 with torch, two or more GPUs; gpushared and libgpushare.so prebuilt in $TARGET
 # (default target/release); users gsbench1.. are created when missing. Writes
@@ -57,6 +60,29 @@ for mode in plain gpushare; do
   cat "$work/$mode".? >>"$out"
   for f in "$work/$mode".?.err; do sed "s|^|# $(basename "$f"): |" "$f" | grep -i "gpushare\|error" >>"$out"; done
 done
+# One process driving every GPU, a thread per GPU (threads_job.py), as gsbench1 (client c0):
+# without gpushare, under it alone, and under it beside a job of gsbench2 (client c1) on GPU 0.
+bench_copy "$here/threads_job.py"
+one() { # PHASE [hook]
+  local env_hook=""
+  [[ ${2:-} == hook ]] && env_hook="$uhook GPUSHARE_CLIENT=c0"
+  as_user gsbench1 env $env_hook "$py" "$jobdir/threads_job.py" one --phase "$1" --size 8192 \
+    --every 4 --until "$until"
+}
+for phase in one_plain one_gpushare one_contended; do
+  until=$(at "$span")
+  other=""
+  if [[ $phase == one_contended ]]; then
+    as_user gsbench2 env $uhook GPUSHARE_CLIENT=c1 CUDA_VISIBLE_DEVICES=0 "$py" "$jobdir/matmul_job.py" \
+      gpu0-beside --phase "$phase" --size 8192 --every 4 --until "$until" >"$work/$phase.other" \
+      2>"$work/$phase.other.err" &
+    other=$!
+  fi
+  one "$phase" $([[ $phase == one_plain ]] || echo hook) >"$work/$phase" 2>"$work/$phase.err"
+  [[ -n $other ]] && wait "$other" && cat "$work/$phase.other" >>"$out"
+  cat "$work/$phase" >>"$out"
+  sed "s|^|# $phase.err: |" "$work/$phase.err" | grep -i "gpushare\|error" >>"$out"
+done
 env $hook GPUSHARE_CLIENT=cap8 python3 - >>"$out" 2>"$work/cap.err" <<'PY'
 import json, torch
 gib = 1 << 30
@@ -82,6 +108,10 @@ out = {"ratio": {}}
 for (phase, name), r in sorted(jobs.items()):
     if phase == "gpushare" and jobs.get(("plain", name)):
         out["ratio"][name] = r / jobs[("plain", name)]
+for name in {n for (_, n) in jobs}:  # one process on every GPU: its rate over its rate plain
+    for phase in ("one_gpushare", "one_contended"):
+        if jobs.get((phase, name)) and jobs.get(("one_plain", name)):
+            out["ratio"][f"{phase}/{name}"] = jobs[(phase, name)] / jobs[("one_plain", name)]
 out["rates"] = {f"{p}/{n}": r for (p, n), r in jobs.items()}
 out["cap"] = next((r for r in rows if r.get("name") == "cap8_two_gpus"), None)
 print(json.dumps(out, indent=1))
