@@ -25,6 +25,8 @@
 #   gpushare_mps                     gpushare under MPS, 4 concurrent leases
 #   gpushare_mps_priority            the same, trainers' client `mps_priority = "below-normal"`
 #   gpushare_mps_threadsNN           the same, and `mps_thread_percentage = NN` for the trainers
+# TRAINER_SIZE (default 4096) and TRAINER_DTYPE (bfloat16; float32 runs without TF32, about ten
+# times slower per flop) pick the trainers' matmul, so their kernels' length.
 # QUANTUM (default 20ms) is the daemon's lease length. The default PHASES leave out the
 # gpushare_interactive* and gpushare_default phases; bench/run.sh part 11 runs them beside solo,
 # timeslice and gpushare.
@@ -52,7 +54,8 @@ beside_trainers() {
   local phase=$1 tenv=$2 ienv=$3 pids=() i start until
   start=$(at 4); until=$(at $((span + 4)))
   for i in 1 2 3; do
-    env ${tenv//%i/$i} python3 "$trainer" "train.$i" --phase "$phase" --until "$until" --every 8 >"$work/$phase.train.$i" &
+    env ${tenv//%i/$i} python3 "$trainer" "train.$i" --phase "$phase" --until "$until" --every 8 \
+      --size "${TRAINER_SIZE:-4096}" --dtype "${TRAINER_DTYPE:-bfloat16}" >"$work/$phase.train.$i" &
     pids+=($!)
   done
   env $ienv python3 "$infer" infer --phase "$phase" --start "$start" --until "$until" >"$work/$phase.infer" 2>"$work/err.$phase"
