@@ -11,8 +11,9 @@ per client:
            the pause, counted over the part of the window the two cover (Proc.bursting)
   got      what it got, in solo-equivalent GPU time: the sum over its processes of the units they
            finished in the window times their solo GPU seconds per unit, over the window
-  used     the daemon's own USED: the GPU time it charged the client in the window
-           (status.jsonl's charged_ns), over the window
+  used     the daemon's own USED: the GPU time its work took in the window by the daemon's
+           count (status.jsonl's gpu_time_ns; charged_ns, the charge, where a daemon older than
+           the split of USED from the charges wrote no gpu_time_ns), over the window
   request, limit, interactive   in force at the window's middle (after the share changes)
 and since_change: seconds from the last change (a process starting or stopping work, a share
 change) to the window's start, 0 where one falls inside the window. These go to
@@ -210,7 +211,8 @@ def analyze_seed(d, solo, a):
     used = {}
     for s in read_jsonl(os.path.join(d, "status.jsonl")):
         for c in s.get("clients", []):
-            used.setdefault(c["name"], []).append((s["t"], c.get("charged_ns") or 0))
+            ns = c["gpu_time_ns"] if "gpu_time_ns" in c else c.get("charged_ns")
+            used.setdefault(c["name"], []).append((s["t"], ns or 0))
 
     # the same part of the mix under plain time-slicing (its run is shorter, its times scaled):
     # what the mix could use there, for the referee's capacity
