@@ -23,8 +23,9 @@
 #      (latency/run.sh, results in OUTPUT_DIR/interactive)
 #  12  restarts: two saturating jobs' shares and a capped process's cap across a restart of
 #      gpushared (restart/run.sh)
-#  13  every GPU its own token: one saturating job per GPU, with and without gpushare, and a
-#      process capped on each of two GPUs (multi_gpu/run.sh; needs two or more GPUs)
+#  13  every GPU its own token: one saturating job per GPU, with and without gpushare, a
+#      process capped on each of two GPUs, and one process driving every GPU (a thread per
+#      GPU) alone and beside another client on GPU 0 (multi_gpu/run.sh; needs two or more GPUs)
 #  14  decayed fair share: two users' saturating jobs, with fair share off and with one user's
 #      past hour of GPU time in the usage database (fair_share/run.sh)
 #  15  a lab's mix: seven users' jobs of every kind at once (transformer, CNN, launch-bound MLP,
