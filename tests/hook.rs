@@ -2688,8 +2688,10 @@ fn a_long_kernel_queue_stays_bounded_from_the_first_launch() {
             after_ms.iter().all(|&t| t <= 800),
             "round {round}: the GPU ran on for {after_ms:?} ms after the processes stopped launching"
         );
+        // the fault: 2.8-3.5 s; on a loaded machine of two CPUs, under the whole suite, a
+        // process's first kernel came 602 ms after it began launching
         assert!(
-            firsts.iter().all(|&t| t <= 500),
+            firsts.iter().all(|&t| t <= 1500),
             "round {round}: a process's first kernel came late: {firsts:?} ms"
         );
     }
