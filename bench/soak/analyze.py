@@ -44,6 +44,7 @@ import math
 import os
 import subprocess
 import sys
+from collections import defaultdict
 
 SHORT = 0.03  # 3 points of the GPU
 
@@ -226,6 +227,7 @@ def analyze_seed(d, solo, a):
         return round(got / (xb - xa), 4)
 
     windows = []
+    proc_got = defaultdict(list)  # a process's got in the windows where all of its client's work
     for k in range(int(span // a.window)):
         wa, wb = t0 + k * a.window, t0 + (k + 1) * a.window
         before = [e for e in events if e <= wb]
@@ -233,12 +235,18 @@ def analyze_seed(d, solo, a):
         clients = []
         for c in scenario["clients"]:
             demand = got = 0.0
+            mine = {}
             for n, p in procs.items():
                 if owner.get(n) != c["name"] or spec_of[n] not in solo:
                     continue
                 s = solo[spec_of[n]]
                 demand += p.bursting(wa, wb) if p.bursts else s["busy"] * p.alive(wa, wb)
-                got += p.units(wa, wb) * s["gpu_s_per_unit"] / a.window if p.working else 0.0
+                g = p.units(wa, wb) * s["gpu_s_per_unit"] / a.window if p.working else 0.0
+                got += g
+                mine[n] = (g, p.alive(wa, wb))
+            if len(mine) > 1 and all(alive >= 1.0 for _, alive in mine.values()):
+                for n, (g, _) in mine.items():
+                    proc_got[n].append(g)
             series = used.get(c["name"], [])
             u = None
             if series and series[0][0] <= wa + 1.0 and series[-1][0] >= wb - 1.0:
@@ -297,7 +305,12 @@ def analyze_seed(d, solo, a):
     if gaps:
         out["used_vs_got"] = {"mean_abs": round(sum(g["gap"] for g in gaps) / len(gaps), 4),
                               "max_abs": max(g["gap"] for g in gaps),
-                              "worst": sorted(gaps, key=lambda g: -g["gap"])[:5]}
+                              "worst": sorted(gaps, key=lambda g: -g["gap"])[:5],
+                              "by_client": by_client(rows)}
+    if proc_got:
+        out["within_clients"] = {n: {"spec": spec_of[n], "windows": len(v),
+                                     "got": round(sum(v) / len(v), 4)}
+                                 for n, v in sorted(proc_got.items())}
     out["throughput"] = throughput(d, runs, procs, spec_of, solo)
     out["latency"] = latency(d, scenario, procs, solo)
     out["bursts"] = bursts(d, scenario, procs, solo, rows, shares)
@@ -419,6 +432,14 @@ def markdown(summaries, scenarios, a):
             md += ["", f"|USED - got|: mean {fmt(u['mean_abs'])}, max {fmt(u['max_abs'])} "
                    + "(" + ", ".join(f"{w['client']} at {w['t0']:g} s: USED {fmt(w['used'])}, got {fmt(w['got'])}"
                                      for w in u["worst"][:3]) + ")"]
+            if u.get("by_client"):
+                md += ["", "USED - got per client, mean over its windows with work: "
+                       + ", ".join(f"{n} {v:+.3f}" for n, v in u["by_client"].items())]
+        wc = s.get("within_clients")
+        if wc:
+            md += ["", "Each process of a client of several, mean got over the windows all of them "
+                   "worked through: " + ", ".join(f"{n} ({v['spec']}) {fmt(v['got'])}"
+                                                    for n, v in wc.items())]
         tp = s.get("throughput")
         if tp:
             md += ["", f"Throughput (sum of rates over solo rates): gpushare {fmt(tp['gpushare'])}, "
@@ -477,6 +498,15 @@ def plot(rows, path, window, settle):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return True
+
+
+def by_client(rows):
+    """Each client's mean USED - got over its windows with work (got or USED over 0.01)."""
+    per = defaultdict(list)
+    for r in rows:
+        if r["used"] is not None and (r["got"] > 0.01 or r["used"] > 0.01):
+            per[r["client"]].append(r["used"] - r["got"])
+    return {n: round(sum(v) / len(v), 4) for n, v in sorted(per.items())}
 
 
 def main():
