@@ -24,11 +24,14 @@ import re
 import sys
 from collections import defaultdict
 
+from analyze import water_fill  # equal turns by demand: equal requests, no limits
+
 d = sys.argv[1]
 variant_h_window = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
 runs = [json.loads(l) for l in open(f"{d}/runs.jsonl")]
 T0 = next(r["t0"] for r in runs if r["mode"] == "gpushare")
 wins = [json.loads(l) for l in open(f"{d}/windows.jsonl")]
+WIN = wins[0]["t1"] - wins[0]["t0"]
 
 def ts(s):
     return datetime.datetime.strptime(s[:26], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc).timestamp()
@@ -85,19 +88,6 @@ def holding_frac(s, t, span):
         tot += min(y, t) - max(x, a)
     return tot / span
 
-def water_fill(demands):
-    n = len(demands); left = 1.0; parts = [0.0] * n; open_ = list(range(n))
-    while open_ and left > 1e-12:
-        share = left / len(open_)
-        capped = [i for i in open_ if demands[i] - parts[i] <= share]
-        if not capped:
-            for i in open_: parts[i] += share
-            break
-        for i in capped:
-            left -= demands[i] - parts[i]; parts[i] = demands[i]
-        open_ = [i for i in open_ if i not in capped]
-    return parts
-
 events = sorted({l["start"] for l in leases} | {l["end"] for l in leases})
 # active leases per stretch via sweep
 starts = sorted(range(len(leases)), key=lambda i: leases[i]["start"])
@@ -128,7 +118,7 @@ for k in range(len(events) - 1):
         h = max(hcache[hk], 0.05)
         d1.append(min(1.0, e / h))
     for v, dem in (("v0", d0), ("v1", d1)):
-        for i, p in zip(ids, water_fill(dem)):
+        for i, p in zip(ids, water_fill([(x, 1.0, 1.0) for x in dem])):
             acc[v][i] += p * dt
 
 def used_of(v, i):
@@ -145,7 +135,7 @@ def per_window(fn):
         if u <= 0 or wall <= 0: continue
         a = l["start"]
         while a < l["end"]:
-            w = int(a // 5); b = min(l["end"], (w + 1) * 5)
+            w = int(a // WIN); b = min(l["end"], (w + 1) * WIN)
             out[(l["c"], w)] += u * (b - a) / wall
             a = b
     return out
@@ -154,7 +144,7 @@ mapping = {}
 for cid in ids:
     best = None
     for n in names:
-        err = sum(abs(logged.get((cid, int(w["t0"] // 5)), 0) / 5 - next(c["used"] for c in w["clients"] if c["name"] == n)) for w in wins)
+        err = sum(abs(logged.get((cid, int(w["t0"] // WIN)), 0) / WIN - next(c["used"] for c in w["clients"] if c["name"] == n)) for w in wins)
         if best is None or err < best[0]: best = (err, n)
     mapping[cid] = best[1]
 res = {"daemon": logged, "v0": per_window(lambda i: used_of("v0", i)), "v1": per_window(lambda i: used_of("v1", i))}
@@ -165,7 +155,7 @@ for name, pw in res.items():
     for w in wins:
         for c in w["clients"]:
             cid = inv.get(c["name"])
-            u = pw.get((cid, int(w["t0"] // 5)), 0) / 5 if cid is not None else 0
+            u = pw.get((cid, int(w["t0"] // WIN)), 0) / WIN if cid is not None else 0
             gaps.append(abs(u - c["got"]))
             if c["got"] > 0.01 or u > 0.01: per[c["name"]].append(u - c["got"])
     print(f"{name:7} mean|U-got| {sum(gaps)/len(gaps):.4f}  per client bias", {k: round(sum(v)/len(v), 3) for k, v in sorted(per.items())})
