@@ -302,7 +302,7 @@ pub struct Scheduler {
     contended: Vec<SessionId>,
     /// When each session's last lease ended.
     lease_log: LeaseLog,
-    /// Interactive processes' GPU time per launch alone ([`launch_cost`]).
+    /// What interactive processes' launches take when they wait for nobody ([`launch_cost`]).
     launch_costs: LaunchCosts,
     /// Leases given back before their end, by session, until their process asks again.
     early: BTreeMap<SessionId, Sample>,
@@ -715,7 +715,7 @@ impl Scheduler {
                 // place its class gives it. It is charged the time its work was on the GPU
                 // (never more than its wall time's part), as its process reports it; beside
                 // others, where its work waited for their time slices, no more than its
-                // launches take alone ([`launch_cost`]).
+                // launches take when they wait for nobody ([`launch_cost`]).
                 self.launch_costs.learn(h.session, busy, h.launches);
                 owed = owed.min(busy);
                 if let Some(cap) = self.launch_costs.cap(h.session, h.launches) {
@@ -982,7 +982,8 @@ impl Scheduler {
     }
 
     /// `session` reports the kernels it launched since its last report ([`together`]): a batch
-    /// process's count measures its progress, without MPS.
+    /// process's count measures its progress, without MPS; the count of an interactive lease
+    /// bounds its charge ([`launch_cost`]).
     pub fn launched(&mut self, session: SessionId, launches: u64, now: Nanos) {
         if let Some(h) = self.holders.iter_mut().find(|h| h.session == session) {
             h.launches += launches;
@@ -1145,7 +1146,7 @@ impl Scheduler {
         // (50 us kernels synchronizing after each, beside 57 ms ones) kept an inference client
         // using less than its due share at the edge: it waited in line behind whole 57 ms
         // kernels every 130 ms.
-        let batch_behind = if interactive.is_empty() {
+        let batch_mean = if interactive.is_empty() {
             f64::INFINITY
         } else {
             let batch: BTreeSet<ClientId> = self
@@ -1169,7 +1170,7 @@ impl Scheduler {
         };
         for (vtime, id) in interactive {
             let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
-            if vtime <= batch_behind + self.quantum as f64 / weight {
+            if vtime <= batch_mean + self.quantum as f64 / weight {
                 if urgent.is_none_or(|(v, _)| vtime < v) {
                     urgent = Some((vtime, id));
                 }

@@ -998,6 +998,48 @@ fn an_interactive_client_runs_at_once_and_batch_leases_are_revoked() {
     assert!(!s.extend(10, later).unwrap().tight);
 }
 
+/// An interactive lease beside a batch lease is charged what its launches take when they wait
+/// for nobody, not the time its request waited for the batch kernel's time slices; the batch
+/// lease is charged the time it held the GPU, less that work.
+#[test]
+fn an_interactive_lease_beside_a_batch_kernel_is_charged_its_work_not_its_wait() {
+    let us = MS / 1000;
+    let mut s = gated(20 * MS);
+    s.set_grace(100 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, LIVE, 0);
+    // alone, each request's six launches are pending 300 us
+    let mut t = 0;
+    for _ in 0..4 {
+        s.acquire(2, 20, t);
+        assert_eq!(s.poll(t).unwrap().session, 20);
+        s.launched(20, 6, t + MS);
+        s.release(20, 300 * us, t + MS);
+        t += 5 * MS;
+    }
+    let charged = |s: &Scheduler, c, t| s.usage(c, t).unwrap().charged_total;
+    assert_eq!(charged(&s, 2, t), 4 * 300 * us, "alone: its busy time");
+    s.acquire(1, 10, t);
+    assert_eq!(s.poll(t).unwrap().session, 10);
+    // a request beside the batch kernel: pending 3.3 ms, 3 of them waiting for time slices
+    s.acquire(2, 20, t + 10 * MS);
+    assert_eq!(s.poll(t + 10 * MS).unwrap().session, 20);
+    s.launched(20, 6, t + 14 * MS);
+    s.release(20, 3_300 * us, t + 14 * MS);
+    assert_eq!(
+        charged(&s, 2, t + 14 * MS),
+        5 * 300 * us,
+        "its work, not its wait"
+    );
+    assert_eq!(s.usage(2, t + 14 * MS).unwrap().gpu_total, 5 * 300 * us);
+    s.release(10, 30 * MS, t + 30 * MS);
+    assert_eq!(
+        charged(&s, 1, t + 30 * MS),
+        30 * MS - 300 * us,
+        "the batch lease: all but the interactive lease's work"
+    );
+}
+
 #[test]
 fn an_interactive_client_keeps_to_its_limit() {
     let mut s = gated(20 * MS);
