@@ -45,8 +45,12 @@ impl LaunchCosts {
 
     /// The most a lease of `session` that launched `launches` kernels is charged: their cost
     /// when they wait for nobody (the mean of the lowest quarter of its recent leases' pending
-    /// times per launch); `None` before any lease of it had work.
+    /// times per launch); `None` before any lease of it had work, and for a lease that launched
+    /// nothing (its work, copies say, is charged as its process reports it).
     pub fn cap(&self, session: SessionId, launches: u64) -> Option<Nanos> {
+        if launches == 0 {
+            return None;
+        }
         let mut recent: Vec<f64> = self.recent.get(&session)?.iter().copied().collect();
         if recent.is_empty() {
             return None;
@@ -86,7 +90,7 @@ mod tests {
             Some(300_000),
             "the lowest of three: 100 us"
         );
-        assert_eq!(costs.cap(1, 0), Some(0));
+        assert_eq!(costs.cap(1, 0), None, "no launches: no bound");
         assert_eq!(costs.cap(2, 6), None, "per process");
         costs.learn(1, 1_200_000, 6);
         costs.learn(1, 1_800_000, 6);
