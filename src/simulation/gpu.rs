@@ -4,6 +4,8 @@
 //! its slice ends or its queue empties, then the next with work in round-robin order takes the
 //! GPU, after a context switch.
 
+use std::collections::VecDeque;
+
 use crate::scheduler::Nanos;
 
 /// The driver's time slice between contexts with work queued.
@@ -21,6 +23,10 @@ struct Context {
     pending_time: Nanos,
     /// Wake its process once `pending` falls to this while it runs.
     watch: Option<Nanos>,
+    /// Since when its queue has held work (while it does).
+    pending_since: Nanos,
+    /// The stretches its queue held work, oldest first (trimmed by [`Gpu::sampled_busy`]).
+    stretches: VecDeque<(Nanos, Nanos)>,
 }
 
 #[derive(Debug, Clone)]
@@ -48,7 +54,37 @@ impl Gpu {
     }
 
     pub fn enqueue(&mut self, ctx: usize, ns: Nanos) {
-        self.ctxs[ctx].pending += ns;
+        let c = &mut self.ctxs[ctx];
+        if c.pending == 0 && ns > 0 {
+            c.pending_since = self.now;
+        }
+        c.pending += ns;
+    }
+
+    /// How long the queue of `ctx` held work from `from` to now, as the hook measures it:
+    /// `now - from` times the share of samples every `every` ns from `from` on that found work
+    /// queued (whether work is queued now, without a sample). Forgets the stretches before
+    /// `from`: the next call starts no earlier.
+    pub fn sampled_busy(&mut self, ctx: usize, from: Nanos, every: Nanos) -> Nanos {
+        let now = self.now;
+        let c = &mut self.ctxs[ctx];
+        while c.stretches.front().is_some_and(|&(_, end)| end <= from) {
+            c.stretches.pop_front();
+        }
+        let open = (c.pending > 0).then_some((c.pending_since, Nanos::MAX));
+        let busy_at = |t: Nanos| {
+            c.stretches
+                .iter()
+                .chain(open.iter())
+                .any(|&(a, b)| a <= t && t < b)
+        };
+        let wall = now.saturating_sub(from);
+        let samples = wall / every.max(1);
+        if samples == 0 {
+            return if c.pending > 0 { wall } else { 0 };
+        }
+        let hits = (1..=samples).filter(|k| busy_at(from + k * every)).count() as Nanos;
+        wall * hits / samples
     }
 
     pub fn pending(&self, ctx: usize) -> Nanos {
@@ -118,6 +154,10 @@ impl Gpu {
             let ctx = &mut self.ctxs[c];
             ctx.pending -= ran;
             ctx.ran += ran;
+            if ctx.pending == 0 && ran > 0 {
+                let since = ctx.pending_since;
+                ctx.stretches.push_back((since, until));
+            }
             self.now = until;
         }
     }
@@ -184,6 +224,36 @@ mod tests {
             1e8 - a - b
         );
         assert_eq!(g.pending_time(0), 100_000_000);
+    }
+
+    /// Busy time as the hook reports it: the share of quarter-millisecond samples that found
+    /// work queued, times the time since the lease began.
+    #[test]
+    fn busy_time_comes_from_samples_of_the_queue() {
+        let mut g = Gpu::new(1);
+        g.enqueue(0, 1_000_000);
+        g.advance(2_000_000);
+        // queued from 0 to 1.05 ms (a switch, then 1 ms of work): 4 of 8 samples
+        assert_eq!(g.sampled_busy(0, 0, 250_000), 1_000_000);
+        g.enqueue(0, 1_000_000);
+        g.advance(2_100_000);
+        assert_eq!(
+            g.sampled_busy(0, 2_000_000, 250_000),
+            100_000,
+            "no sample yet: work queued now counts the whole time"
+        );
+        g.advance(3_100_000);
+        assert_eq!(
+            g.sampled_busy(0, 2_000_000, 250_000),
+            825_000,
+            "queued from 2 to 3 ms (no switch back to it): 3 of 4"
+        );
+        g.advance(4_000_000);
+        assert_eq!(
+            g.sampled_busy(0, 3_500_000, 250_000),
+            0,
+            "idle since 3 ms: 0 of 2"
+        );
     }
 
     #[test]

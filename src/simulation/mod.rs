@@ -246,7 +246,7 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
                         Ask::Extend { launches } => {
                             sched.launched(session, launches, now);
                             if let Some(g) = sched.extend(session, now) {
-                                procs[p].granted(now, g.lease_ns, g.tight, g.contended, &gpu);
+                                procs[p].granted(now, g.lease_ns, g.tight, g.contended);
                             }
                             told[p] = true;
                         }
@@ -255,7 +255,7 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
             }
             while let Some(g) = sched.poll(now) {
                 let p = (g.session - 1) as usize;
-                procs[p].granted(now, g.lease_ns, g.tight, g.contended, &gpu);
+                procs[p].granted(now, g.lease_ns, g.tight, g.contended);
                 told[p] = true;
                 said = true;
             }
