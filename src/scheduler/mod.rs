@@ -724,11 +724,7 @@ impl Scheduler {
                 interactive_work = Some(owed);
             }
             // an interactive lease used what it is charged: its work's time, not its waits
-            let used = if c.shares.interactive {
-                owed
-            } else {
-                lease_used(&h, busy)
-            };
+            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy));
             c.charge(owed, window, now);
             c.used(used, now);
             tracing::debug!(

@@ -19,8 +19,6 @@ struct Context {
     pending: Nanos,
     /// GPU time its work ran, in all.
     ran: Nanos,
-    /// Time it had work queued (running or waiting for its turn), in all.
-    pending_time: Nanos,
     /// Wake its process once `pending` falls to this while it runs.
     watch: Option<Nanos>,
     /// Since when its queue has held work (while it does).
@@ -95,10 +93,6 @@ impl Gpu {
         self.ctxs[ctx].ran
     }
 
-    pub fn pending_time(&self, ctx: usize) -> Nanos {
-        self.ctxs[ctx].pending_time
-    }
-
     /// Wake the process of `ctx` when its queue falls to `level` (`None`: no wake).
     pub fn watch(&mut self, ctx: usize, level: Option<Nanos>) {
         self.ctxs[ctx].watch = level;
@@ -148,9 +142,6 @@ impl Gpu {
             let from = self.now;
             let running_from = self.switched_at.max(from).min(until);
             let ran = (until - running_from).min(self.ctxs[c].pending);
-            for ctx in self.ctxs.iter_mut().filter(|x| x.pending > 0) {
-                ctx.pending_time += until - from;
-            }
             let ctx = &mut self.ctxs[c];
             ctx.pending -= ran;
             ctx.ran += ran;
@@ -223,7 +214,11 @@ mod tests {
             "switches cost {}",
             1e8 - a - b
         );
-        assert_eq!(g.pending_time(0), 100_000_000);
+        assert_eq!(
+            g.sampled_busy(0, 0, 250_000),
+            100_000_000,
+            "work queued all along"
+        );
     }
 
     /// Busy time as the hook reports it: the share of quarter-millisecond samples that found

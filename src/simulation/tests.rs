@@ -39,6 +39,14 @@ fn shares(request: f64, interactive: bool) -> Shares {
     }
 }
 
+fn limited(request: f64, limit: f64, interactive: bool) -> Shares {
+    Shares {
+        request,
+        limit,
+        interactive,
+    }
+}
+
 fn print(outcome: &Outcome) {
     for w in &outcome.windows {
         let v = referee::judge(&w.clients);
@@ -417,11 +425,6 @@ fn soak_seed_4() -> Scenario {
         end: 60 * S,
         warmup_ns: 0,
     };
-    let limited = |request, limit, interactive| Shares {
-        request,
-        limit,
-        interactive,
-    };
     Scenario {
         seed: 0,
         clients: vec![
@@ -617,11 +620,6 @@ fn soak_seed_16() -> Scenario {
         kernels: 6,
         period_ns: Some(5 * ms),
         ..base
-    };
-    let limited = |request, limit, interactive| Shares {
-        request,
-        limit,
-        interactive,
     };
     Scenario {
         seed: 0,
