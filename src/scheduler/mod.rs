@@ -103,6 +103,12 @@ pub const RETURN_GAP: Nanos = 1_000_000;
 const LEAST_HOLDING_SHARE: f64 = 0.05;
 /// How far back `usage` looks.
 pub const USAGE_WINDOW: Nanos = 10_000_000_000;
+/// A limit's bucket holds what the limit earns in this long ([`Client::depth`]): in any span a
+/// client uses at most its limit times the span and this window (and the lease that runs past
+/// it). A client kept waiting by others' turns saves its credit for the GPU's idle time after
+/// them; a bucket one quantum deep spilled it, and a client limited to 0.61 got 0.51 while the
+/// GPU idled 12% of the time (GPU soak seed 13).
+pub const LIMIT_WINDOW: Nanos = 250_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Shares {
@@ -192,22 +198,28 @@ impl Client {
     fn guaranteed(&self) -> f64 {
         self.shares.request * self.fair_factor
     }
-    /// Its credit at `now`, refilled up to `burst` beyond `pending`, what its running leases owe
-    /// and have not been charged yet: a lease is charged at its end, and a bucket full while it
-    /// ran would leave the client in debt after it, however far below its limit it was. A client
-    /// of limit 1 whose leases ran a few ms past their 20 ms (the last kernel's drain) was then
-    /// out of credit at each lease's end, and a client of request 0 took its turns (GPU soak
-    /// seed 4: 0.27 of the GPU where it was due 0.02, the client of request 0.55 short by 0.29).
-    fn credit_now(&self, now: Nanos, burst: f64, pending: f64) -> f64 {
+    /// How much credit its limit's bucket holds beyond what its running leases owe: what the
+    /// limit earns over [`LIMIT_WINDOW`], at least a `quantum`.
+    fn depth(&self, quantum: f64) -> f64 {
+        quantum.max(self.shares.limit * LIMIT_WINDOW as f64)
+    }
+    /// Its credit at `now`, refilled up to its [`Client::depth`] beyond `pending`, what its
+    /// running leases owe and have not been charged yet: a lease is charged at its end, and a
+    /// bucket full while it ran would leave the client in debt after it, however far below its
+    /// limit it was. A client of limit 1 whose leases ran a few ms past their 20 ms (the last
+    /// kernel's drain) was then out of credit at each lease's end, and a client of request 0
+    /// took its turns (GPU soak seed 4: 0.27 of the GPU where it was due 0.02, the client of
+    /// request 0.55 short by 0.29).
+    fn credit_now(&self, now: Nanos, quantum: f64, pending: f64) -> f64 {
         let dt = now.saturating_sub(self.credit_at) as f64;
-        (self.credit + dt * self.shares.limit).min(burst + pending)
+        (self.credit + dt * self.shares.limit).min(self.depth(quantum) + pending)
     }
     /// What it may still use at `now`: its credit less what its running leases owe.
-    fn available(&self, now: Nanos, burst: f64, pending: f64) -> f64 {
-        self.credit_now(now, burst, pending) - pending
+    fn available(&self, now: Nanos, quantum: f64, pending: f64) -> f64 {
+        self.credit_now(now, quantum, pending) - pending
     }
-    fn refill(&mut self, now: Nanos, burst: f64, pending: f64) {
-        self.credit = self.credit_now(now, burst, pending);
+    fn refill(&mut self, now: Nanos, quantum: f64, pending: f64) {
+        self.credit = self.credit_now(now, quantum, pending);
         self.credit_at = now.max(self.credit_at);
     }
     fn charge(&mut self, ns: Nanos, window: Nanos, now: Nanos) {
@@ -553,17 +565,18 @@ impl Scheduler {
         !ends.is_empty()
     }
 
-    fn burst(&self) -> f64 {
+    /// The quantum, as credit of a limit's bucket ([`Client::depth`]).
+    fn quantum_credit(&self) -> f64 {
         self.quantum as f64
     }
 
     /// Adds a client or changes its shares.
     pub fn set_client(&mut self, id: ClientId, shares: Shares, now: Nanos) {
-        let burst = self.burst();
+        let quantum_credit = self.quantum_credit();
         let pending = self.pending(id);
         match self.clients.get_mut(&id) {
             Some(c) => {
-                c.refill(now, burst, pending);
+                c.refill(now, quantum_credit, pending);
                 let old = c.guaranteed();
                 c.shares = shares;
                 c.guarantee
@@ -575,7 +588,7 @@ impl Scheduler {
                     Client {
                         shares,
                         vtime: self.vclock,
-                        credit: burst,
+                        credit: quantum_credit,
                         credit_at: now,
                         waiting: VecDeque::new(),
                         recent: VecDeque::new(),
@@ -642,7 +655,7 @@ impl Scheduler {
             .last_end(session)
             .is_some_and(|end| now.saturating_sub(end) <= RETURN_GAP);
         let vclock = self.vclock;
-        let burst = self.burst();
+        let quantum_credit = self.quantum_credit();
         let pending = self.pending(client);
         let Some(c) = self.clients.get_mut(&client) else {
             return;
@@ -651,7 +664,7 @@ impl Scheduler {
         if !was_active && !back_at_once {
             // A client coming back from idle does not bank the time it was away.
             c.vtime = c.vtime.max(vclock);
-            c.refill(now, burst, pending);
+            c.refill(now, quantum_credit, pending);
         }
         if back_at_once {
             self.woken.remove(&session);
@@ -832,7 +845,7 @@ impl Scheduler {
         if self.waits_ahead(i, now) {
             return None;
         }
-        let burst = self.burst();
+        let quantum_credit = self.quantum_credit();
         let quantum = self.quantum;
         let window = self.burst_window;
         // what the client's other running leases owe (this one's is charged now)
@@ -846,7 +859,7 @@ impl Scheduler {
         c.used(h.used.round() as Nanos, now);
         let book = self.books.entry(session).or_default();
         book.charge(owed);
-        c.refill(now, burst, others);
+        c.refill(now, quantum_credit, others);
         if c.credit - others <= 0.0 {
             // over its limit: the lease ends as usual and the client waits for credit
             h.owed = 0.0;
@@ -914,7 +927,7 @@ impl Scheduler {
             return true;
         }
         let vtime_after = holder.vtime + h.owed.round() / holder.weight();
-        let burst = self.burst();
+        let quantum_credit = self.quantum_credit();
         let holder_owed = self.owed(h.client, now);
         self.clients.iter().any(|(&id, c)| {
             if c.waiting.is_empty() {
@@ -924,7 +937,8 @@ impl Scheduler {
             let owed_first = !holder_owed && self.owed(id, now);
             id == h.client
                 || c.shares.interactive
-                || (c.available(now, burst, self.pending(id)) > 0.0 && (before || owed_first))
+                || (c.available(now, quantum_credit, self.pending(id)) > 0.0
+                    && (before || owed_first))
         })
     }
 
@@ -1095,7 +1109,7 @@ impl Scheduler {
             self.end_lease(h, Nanos::MAX, now);
         }
         self.prune_usage(now);
-        let burst = self.burst();
+        let quantum_credit = self.quantum_credit();
         // batch clients that wait, in line: furthest behind (smallest virtual time) first
         let mut line: Vec<(f64, ClientId)> = Vec::new();
         let mut urgent: Option<(f64, ClientId)> = None;
@@ -1124,7 +1138,7 @@ impl Scheduler {
             }
             min_active = min_active.min(c.vtime);
             let pending = pending.get(&id).copied().unwrap_or(0.0);
-            c.refill(now, burst, pending);
+            c.refill(now, quantum_credit, pending);
             if c.credit - pending <= 0.0 {
                 continue;
             }
@@ -1378,7 +1392,7 @@ impl Scheduler {
         }
         for (&id, c) in self.clients.iter().filter(|(_, c)| !c.waiting.is_empty()) {
             // a client out of credit can go again once it has some
-            let credit = c.available(now, self.burst(), self.pending(id));
+            let credit = c.available(now, self.quantum_credit(), self.pending(id));
             if credit <= 0.0 {
                 let at = now + ((-credit / c.shares.limit).ceil() as Nanos).max(1);
                 earliest = Some(earliest.map_or(at, |e| e.min(at)));
