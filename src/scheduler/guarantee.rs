@@ -1,7 +1,9 @@
 //! Burst credit: what a client's request guarantees it and it has not used lately.
 //!
 //! A client's request is a rate of GPU time it may claim. A token bucket keeps what it did not
-//! claim: it fills at `request` nanoseconds per nanosecond (times its fair-share factor), up to
+//! claim: it fills at `request` nanoseconds per nanosecond (times its fair-share factor, and
+//! scaled to its part of the requests of the clients present: the scheduler passes that rate as
+//! `rate` here, and "request" below means it), up to
 //! the smaller of the request and its complement (`1 - request`) times the *window*
 //! (`daemon.burst_window`, [`WINDOW`] by default), and every lease the client is charged
 //! empties it by that lease (never below zero: time taken beyond the request, from others'

@@ -6,7 +6,8 @@
 //! clients' requests), so saturating clients converge to shares proportional to their requests,
 //! and every client gets at least its request (the requests add up to at most 1). Idle share goes
 //! to whoever waits: the scheduler is work-conserving. A *limit* is a token bucket refilled at
-//! `limit` nanoseconds per nanosecond: a client out of credit waits even when the GPU is idle.
+//! `limit` nanoseconds per nanosecond, [`LIMIT_WINDOW`] deep: a client out of credit waits even
+//! when the GPU is idle.
 //!
 //! At its lease's end a holder asks for another at once ([`Scheduler::extend`]), and gets it
 //! when it would be granted the next lease anyway: it keeps its queue, which a hand-over drains.
