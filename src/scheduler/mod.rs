@@ -6,8 +6,8 @@
 //! clients' requests), so saturating clients converge to shares proportional to their requests,
 //! and every client gets at least its request (the requests add up to at most 1). Idle share goes
 //! to whoever waits: the scheduler is work-conserving. A *limit* is a token bucket refilled at
-//! `limit` nanoseconds per nanosecond, [`LIMIT_WINDOW`] deep: a client out of credit waits even
-//! when the GPU is idle.
+//! `limit` nanoseconds per nanosecond, holding what the limit earns in [`LIMIT_WINDOW`] (at
+//! least a quantum): a client out of credit waits even when the GPU is idle.
 //!
 //! At its lease's end a holder asks for another at once ([`Scheduler::extend`]), and gets it
 //! when it would be granted the next lease anyway: it keeps its queue, which a hand-over drains.
@@ -203,11 +203,16 @@ impl Client {
     /// factor as its weight is, and by its [`Client::scale`]: the part of the GPU its request
     /// gives it among the clients present, which is what it is due while it has work.
     /// Scaled, it stays at most half the GPU (or its request, if more), where a bucket is
-    /// largest ([`guarantee`]): a client alone but for an interactive one would otherwise be
-    /// guaranteed the whole GPU, in a bucket of size 0, and never be owed.
+    /// largest ([`guarantee`]): a client whose requests are most of those present (beside an
+    /// interactive client of request 0, all of them) would otherwise be guaranteed nearly the
+    /// whole GPU, in a bucket of nearly nothing, and never be owed. Nor is it scaled past its
+    /// limit: a client held at its limit below that rate would fill its bucket for ever and stay
+    /// owed, going ahead of the others whenever it had credit.
     fn guaranteed(&self) -> f64 {
         let rate = self.shares.request * self.fair_factor;
-        (rate * self.scale).min(rate.max(SCALED_RATE_MAX))
+        (rate * self.scale)
+            .min(rate.max(SCALED_RATE_MAX))
+            .min(rate.max(self.shares.limit))
     }
     /// How much credit its limit's bucket holds beyond what its running leases owe: what the
     /// limit earns over [`LIMIT_WINDOW`], at least a `quantum`.
@@ -618,23 +623,26 @@ impl Scheduler {
                 );
             }
         }
-        self.rescale(Some(now));
+        self.rescale(now);
     }
 
     /// Sets each client's [`Client::scale`] from the clients present now (a process of theirs
-    /// asked for the token and has not gone), keeping what its burst credit held so far (as of
-    /// `now`; without it, what it held when last charged).
+    /// asked for the token and has not gone), keeping what its burst credit held as of `now`.
+    /// The requests present are counted as the turns weigh them (a request of 0 as
+    /// [`MIN_WEIGHT`]), without fair-share factors: a factor below 1 lowers its own client's
+    /// rate only, and the others' scales stay as they were (conservative: never above what the
+    /// weights give them).
     /// Requests add up to at most 1; while some clients have no process, those present are
     /// due the GPU in proportion to their requests, and a client whose bursts pause between
     /// them is due that part of it as the others are. Filled at its request alone, a client of
     /// request 0.10 among clients present whose requests added up to 0.5 got 0.10 where it was
     /// due 0.20, its bursts 5.9 times their time alone (GPU soak seed 17).
-    fn rescale(&mut self, now: Option<Nanos>) {
+    fn rescale(&mut self, now: Nanos) {
         let present: BTreeSet<ClientId> = self.present.values().copied().collect();
         let total: f64 = present
             .iter()
             .filter_map(|id| self.clients.get(id))
-            .map(|c| c.shares.request * c.fair_factor)
+            .map(|c| request_weight(c.shares.request))
             .sum();
         let scale = if total > 0.0 {
             (1.0 / total).max(1.0)
@@ -646,10 +654,7 @@ impl Scheduler {
             if c.scale != scale {
                 let old = c.guaranteed();
                 c.scale = scale;
-                match now {
-                    Some(now) => c.guarantee.resize(old, c.guaranteed(), window, now),
-                    None => c.guarantee.fit(c.guaranteed(), window),
-                }
+                c.guarantee.resize(old, c.guaranteed(), window, now);
             }
         }
     }
@@ -661,7 +666,6 @@ impl Scheduler {
             c.fair_factor = clamp_factor(factor);
             c.guarantee.fit(c.guaranteed(), self.burst_window);
         }
-        self.rescale(None);
     }
 
     /// Forgets a client; its waiting sessions are dropped and a lease it holds ends.
@@ -681,7 +685,7 @@ impl Scheduler {
         }
         self.holders.retain(|h| h.client != id);
         self.present.retain(|_, c| *c != id);
-        self.rescale(Some(now));
+        self.rescale(now);
     }
 
     pub fn has_client(&self, id: ClientId) -> bool {
@@ -736,7 +740,7 @@ impl Scheduler {
         self.demand.add(session);
         self.learn_early_end(session, now);
         if self.present.insert(session, client) != Some(client) {
-            self.rescale(Some(now));
+            self.rescale(now);
         }
     }
 
@@ -1011,7 +1015,7 @@ impl Scheduler {
         self.drains.forget(session);
         self.trials.forget(session);
         if self.present.remove(&session).is_some() {
-            self.rescale(Some(now));
+            self.rescale(now);
         }
         let book = self.books.get_mut(&session);
         let waited = book.map_or(0, |b| b.end_wait(now));

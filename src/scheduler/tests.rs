@@ -2817,7 +2817,7 @@ fn an_owed_batch_client_starts_beside_an_interactive_lease() {
 /// left (0.7) covers the limit, so the first is due 0.6. While the second's bursts run, the
 /// first waits and its credit fills; with a bucket one quantum deep, 45 ms of waiting spilled
 /// 7 ms of it each time, and in the GPU's idle time after each burst the limited client was out
-/// of credit: it got 0.55 (GPU soak seed 13: a client limited to 0.61 got 0.51 while the GPU
+/// of credit: it got 0.563 (GPU soak seed 13: a client limited to 0.61 got 0.51 while the GPU
 /// idled 12% of the time, its holder re-granted a few ms after each lease).
 #[test]
 fn a_limited_client_kept_waiting_by_others_still_reaches_its_limit() {
@@ -2869,8 +2869,7 @@ fn a_limited_client_kept_waiting_by_others_still_reaches_its_limit() {
     assert_near(first, 0.6, 0.015, "the limited client");
 }
 
-/// Clients of requests 0.10, 0.15 and 0.25 present (the requests of the others, absent, make
-/// up the rest): the first computes 40 ms bursts, each followed by a pause of 160 ms, the other
+/// Clients of requests 0.10, 0.15 and 0.25 present, one of 0.3 absent: the first computes 40 ms bursts, each followed by a pause of 160 ms, the other
 /// two saturate, one lease at a time. The GPU is theirs in proportion to their requests, so the
 /// first is due the 0.2 its bursts take: its burst credit fills at its request's part of the
 /// requests present, and it gets each burst as if alone. Filled at its request alone, it got
@@ -2939,4 +2938,26 @@ fn a_bursty_client_among_clients_present_gets_its_part_of_their_requests() {
         median < 1.3,
         "bursts took {median:.2} times their time alone"
     );
+}
+
+/// A client held at its limit (request and limit 0.25) beside a saturating client of request
+/// 0.25, the client of request 0.5 absent: scaled by the requests present, its burst credit
+/// would fill at 0.5 while it may use 0.25, and it would be owed for ever, going ahead of the
+/// other whenever it had credit. Its rate stays within its limit: it is never owed, and the
+/// other gets the rest.
+#[test]
+fn a_client_held_at_its_limit_is_never_owed() {
+    let mut sim = Sim::new(20 * MS);
+    sim.client(1, 0.25, 0.25);
+    sim.client(2, 0.25, 1.0);
+    sim.client(3, 0.5, 1.0);
+    sim.saturate(1);
+    sim.saturate(2);
+    let (mut owed, mut limited) = (0, 0.0);
+    for _ in 0..20 {
+        limited += sim.run_for(S)[&1] / 20.0;
+        owed += usize::from(sim.sched.owed(1, sim.now));
+    }
+    assert_near(limited, 0.25, 0.01, "the limited client");
+    assert_eq!(owed, 0, "owed at {owed} of 20 seconds' ends");
 }
