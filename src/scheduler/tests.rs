@@ -2961,3 +2961,31 @@ fn a_client_held_at_its_limit_is_never_owed() {
     assert_near(limited, 0.25, 0.01, "the limited client");
     assert_eq!(owed, 0, "owed at {owed} of 20 seconds' ends");
 }
+
+/// Burst credit's rate follows the clients present: a process that asks makes its client
+/// present, one that goes (or its client removed) leaves the others' requests worth more.
+#[test]
+fn burst_credit_follows_the_clients_present() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    for (id, request) in [(1, 0.05), (2, 0.4), (3, 0.3), (4, 0.0), (5, 0.2)] {
+        s.set_client(id, shares(request, 1.0), 0);
+    }
+    let rate = |s: &Scheduler, id: ClientId| s.clients[&id].guaranteed();
+    assert_eq!(rate(&s, 1), 0.05, "nobody present: its request");
+    for id in [1, 2, 3, 5] {
+        s.acquire(id, id * 10, MS);
+    }
+    assert_near(rate(&s, 1), 0.05 / 0.95, 1e-9, "four present");
+    s.acquire(4, 40, MS);
+    assert_near(rate(&s, 1), 0.05 / 0.96, 1e-9, "request 0 weighs 0.01");
+    s.session_gone(30, 2 * MS);
+    assert_near(rate(&s, 1), 0.05 / 0.66, 1e-9, "one gone");
+    assert_near(rate(&s, 2), 0.5, 1e-9, "at most half the GPU");
+    s.remove_client(2, 3 * MS);
+    assert_near(rate(&s, 1), 0.05 / 0.26, 1e-9, "one removed");
+    s.session_gone(40, 4 * MS);
+    s.session_gone(50, 4 * MS);
+    assert_near(rate(&s, 1), 0.5, 1e-9, "alone: at most half the GPU");
+    s.session_gone(10, 5 * MS);
+    assert_eq!(rate(&s, 1), 0.05, "nobody present again");
+}
