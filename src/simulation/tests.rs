@@ -788,8 +788,8 @@ fn soak_seed_17_explained() {
 
 /// GPU soak seed 17's first 40 s: the bursty client of request 0.10, due 0.2 (its request's part
 /// of the requests of the clients present), gets it; so do the other two. With burst credit
-/// filled at its request alone it got 0.11-0.12 here (0.10-0.11 on the GPU), each burst at its
-/// weight's part of the GPU.
+/// filled at its request alone it got 0.11-0.12 here (mostly 0.10-0.12 on the GPU), each burst at
+/// its weight's part of the GPU.
 #[test]
 fn soak_seed_17s_bursty_client_gets_its_part_of_the_requests_present() {
     let sc = soak_seed_17();
@@ -870,10 +870,10 @@ fn soak_seed_13_explained() {
 
 /// GPU soak seed 13's first 40 s: the other batch clients get their due within 3 points, and the
 /// client limited to 0.61 (due 0.60) at least 0.55. With a limit's bucket one quantum deep it got
-/// 0.49-0.50 in the settled windows here (0.51-0.53 on the GPU): its credit spilled while the others' turns ran, and
-/// it was out of credit in the GPU's idle time after them. It still gets 0.56 in every other
-/// window (0.56-0.59 on the GPU), the same without its limit: the clients' work adds up to 0.94
-/// of the GPU there, the rest idle between and inside leases.
+/// 0.49-0.50 in the settled windows here (0.51-0.53 on the GPU): its credit spilled while the
+/// others' turns ran, and it was out of credit in the GPU's idle time after them. It still gets
+/// 0.56 in every other window (0.56-0.59 on the GPU), the same without its limit: the clients'
+/// work adds up to 0.94 of the GPU there, the rest idle between and inside leases.
 #[test]
 fn soak_seed_13s_limited_client_gets_near_its_limit() {
     let sc = soak_seed_13();
