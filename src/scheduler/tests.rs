@@ -2821,85 +2821,63 @@ fn an_owed_batch_client_starts_beside_an_interactive_lease() {
 /// idled 12% of the time, its holder re-granted a few ms after each lease).
 #[test]
 fn a_limited_client_kept_waiting_by_others_still_reaches_its_limit() {
-    const TICK: Nanos = MS / 2;
     let mut s = Scheduler::new(20 * MS, 0);
     s.set_grace(10 * MS);
     s.set_client(1, shares(0.4, 0.6), 0);
     s.set_client(2, shares(0.4, 1.0), 0);
     s.acquire(1, 10, 0);
-    let mut holding: BTreeMap<SessionId, Nanos> = BTreeMap::new();
-    let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
-    let (mut left, mut next_burst) = (0, 75 * MS);
-    let mut now = 0;
-    while now < 30 * S {
-        if now == next_burst {
-            left = 45 * MS;
-            next_burst += 150 * MS;
-            s.acquire(2, 20, now);
-        }
-        grant_all(&mut s, &mut holding, now);
-        for session in s.take_revoked() {
-            if let Some(start) = holding.remove(&session) {
-                s.release(session, now - start, now);
-                s.acquire(1, session, now);
-            }
-        }
-        now += TICK;
-        assert!(holding.len() <= 1, "one lease at a time");
-        let running: Vec<(SessionId, Nanos)> = holding.iter().map(|(&k, &v)| (k, v)).collect();
-        for (session, start) in running {
-            let client = session / 10;
-            *held.entry(client).or_default() += TICK;
-            if session == 20 {
-                left -= TICK.min(left);
-            }
-            let done = session == 20 && left == 0;
-            if done || now - start >= 20 * MS {
-                holding.remove(&session);
-                s.release(session, now - start, now);
-                if !done {
-                    s.acquire(client, session, now);
-                }
-            }
-        }
-    }
-    let first = held[&1] as f64 / now as f64;
-    let second = held[&2] as f64 / now as f64;
-    assert_near(second, 0.3, 0.01, "the bursty client's demand");
-    assert_near(first, 0.6, 0.015, "the limited client");
+    let run = bursts_beside(&mut s, 75 * MS, 45 * MS, Next::Every(150 * MS));
+    assert_near(run.got(2), 0.3, 0.01, "the bursty client's demand");
+    assert_near(run.got(1), 0.6, 0.015, "the limited client");
 }
 
-/// Clients of requests 0.10, 0.15 and 0.25 present, one of 0.3 absent: the first computes 40 ms
-/// bursts, each followed by a pause of 160 ms, the other two saturate, one lease at a time. The
-/// GPU is theirs in proportion to their requests, so the first is due the 0.2 its bursts take:
-/// its burst credit fills at its request's part of the requests present, and it gets each burst
-/// as if alone. Filled at its request alone, it got 0.151, its bursts 2.5 times their time alone
-/// (GPU soak seed 17: mostly 0.10-0.12 where it was due about 0.20, bursts 5.9 times their time
-/// alone).
-#[test]
-fn a_bursty_client_among_clients_present_gets_its_part_of_their_requests() {
-    const TICK: Nanos = MS / 2;
-    const PAUSE: Nanos = 160 * MS;
-    let mut s = Scheduler::new(20 * MS, 0);
-    s.set_grace(10 * MS);
-    for (id, request) in [(2, 0.10), (3, 0.15), (4, 0.25), (5, 0.3)] {
-        s.set_client(id, shares(request, 1.0), 0);
+/// When a bursty process's next burst comes ([`bursts_beside`]).
+enum Next {
+    /// This long after the last one began.
+    Every(Nanos),
+    /// This long after the last one's work was done.
+    After(Nanos),
+}
+
+/// What [`bursts_beside`] saw: how long each client held the token, how long each burst took
+/// from its first ask to its work done, and for how long it ran.
+struct BurstRun {
+    held: BTreeMap<ClientId, Nanos>,
+    bursts: Vec<Nanos>,
+    span: Nanos,
+}
+
+impl BurstRun {
+    fn got(&self, client: ClientId) -> f64 {
+        self.held[&client] as f64 / self.span as f64
     }
-    s.acquire(3, 30, 0);
-    s.acquire(4, 40, 0);
+}
+
+/// Runs `s` for 30 s in ticks of half a millisecond, one lease at a time: the sessions already
+/// waiting (session `10 * c` of client `c`) saturate, asking again at each lease's end; session
+/// 20 of client 2 needs `burst` of GPU time from `first` on, then again as `next` says. A lease
+/// runs 20 ms; a revoked one is given back at the next tick and asked for again.
+fn bursts_beside(s: &mut Scheduler, first: Nanos, burst: Nanos, next: Next) -> BurstRun {
+    const TICK: Nanos = MS / 2;
     let mut holding: BTreeMap<SessionId, Nanos> = BTreeMap::new();
-    let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
-    let (mut left, mut next_burst, mut burst_start) = (0, 100 * MS, 0);
-    let mut bursts = vec![];
+    let mut run = BurstRun {
+        held: BTreeMap::new(),
+        bursts: vec![],
+        span: 0,
+    };
+    let (mut left, mut next_burst, mut burst_start) = (0, first, 0);
     let mut now = 0;
     while now < 30 * S {
         if now == next_burst {
-            left = 40 * MS;
+            left = burst;
             burst_start = now;
-            next_burst = Nanos::MAX;
+            next_burst = match next {
+                Next::Every(period) => now + period,
+                Next::After(_) => Nanos::MAX,
+            };
             s.acquire(2, 20, now);
         }
-        grant_all(&mut s, &mut holding, now);
+        grant_all(s, &mut holding, now);
         for session in s.take_revoked() {
             if let Some(start) = holding.remove(&session) {
                 s.release(session, now - start, now);
@@ -2911,14 +2889,16 @@ fn a_bursty_client_among_clients_present_gets_its_part_of_their_requests() {
         let running: Vec<(SessionId, Nanos)> = holding.iter().map(|(&k, &v)| (k, v)).collect();
         for (session, start) in running {
             let client = session / 10;
-            *held.entry(client).or_default() += TICK;
+            *run.held.entry(client).or_default() += TICK;
             if session == 20 {
                 left -= TICK.min(left);
             }
             let done = session == 20 && left == 0;
             if done {
-                bursts.push(now - burst_start);
-                next_burst = now + PAUSE;
+                run.bursts.push(now - burst_start);
+                if let Next::After(pause) = next {
+                    next_burst = now + pause;
+                }
             }
             if done || now - start >= 20 * MS {
                 holding.remove(&session);
@@ -2929,12 +2909,37 @@ fn a_bursty_client_among_clients_present_gets_its_part_of_their_requests() {
             }
         }
     }
-    let got = |c: ClientId| held[&c] as f64 / now as f64;
-    assert_near(got(2), 0.2, 0.015, "the bursty client");
+    run.span = now;
+    run
+}
+
+/// Clients of requests 0.10, 0.15 and 0.25 present, one of 0.3 absent: the first computes 40 ms
+/// bursts, each followed by a pause of 160 ms, the other two saturate, one lease at a time. The
+/// GPU is theirs in proportion to their requests, so the first is due the 0.2 its bursts take:
+/// its burst credit fills at its request's part of the requests present, and it gets each burst
+/// as if alone. Filled at its request alone, it got 0.151, its bursts 2.5 times their time alone
+/// (GPU soak seed 17: mostly 0.10-0.12 where it was due about 0.20, bursts 5.9 times their time
+/// alone).
+#[test]
+fn a_bursty_client_among_clients_present_gets_its_part_of_their_requests() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(10 * MS);
+    for (id, request) in [(2, 0.10), (3, 0.15), (4, 0.25), (5, 0.3)] {
+        s.set_client(id, shares(request, 1.0), 0);
+    }
+    s.acquire(3, 30, 0);
+    s.acquire(4, 40, 0);
+    let mut run = bursts_beside(&mut s, 100 * MS, 40 * MS, Next::After(160 * MS));
+    assert_near(run.got(2), 0.2, 0.015, "the bursty client");
     // the rest goes to the other two by request
-    assert_near(got(3) / (got(3) + got(4)), 0.375, 0.03, "their split");
-    bursts.sort_unstable();
-    let median = bursts[bursts.len() / 2] as f64 / (40 * MS) as f64;
+    assert_near(
+        run.got(3) / (run.got(3) + run.got(4)),
+        0.375,
+        0.03,
+        "their split",
+    );
+    run.bursts.sort_unstable();
+    let median = run.bursts[run.bursts.len() / 2] as f64 / (40 * MS) as f64;
     assert!(
         median < 1.3,
         "bursts took {median:.2} times their time alone"
