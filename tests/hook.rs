@@ -914,6 +914,83 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
     }
 }
 
+/// With `GPUSHARE_BUSY=gpu`, the busy time a lease reports is the GPU time its work took, not
+/// the time some of it was pending, unless the program waits for its work: a loop of 10 us kernels with 40 us of host
+/// work after each keeps the GPU busy a tenth of the time, and on a GPU whose completions are
+/// seen 200 us after the work ends (as a real GPU's are seen microseconds late) some launch of
+/// it is always pending. Never synchronizing, it reports 0.12 of its leases' time as busy (0.98
+/// by the samples of its queue alone, for which the daemon took it for a saturating process).
+/// Synchronizing after each kernel, it needs the GPU at once at every kernel, which beside
+/// another process's work it would not get: its leases stay busy.
+#[test]
+fn a_lease_reports_the_gpu_time_of_its_launches_and_waits_not_their_pending_time() {
+    use gpushare::protocol::Request;
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    // The part of its leases' time a loop reported as busy, and the part of its run's time its
+    // kernels took.
+    let reported = |sync: u32, busy: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, server) = recording_daemon(dir.path());
+        let (_gpu_dir, _log, gpu) = shared_gpu_files();
+        let out = Run::new(Via::ProcAddress)
+            .socket(&socket)
+            .env("FAKE_CUDA_GPU", &gpu.display().to_string())
+            .env("FAKE_CUDA_DONE_LATENCY_US", "200")
+            .env("GPUSHARE_BUSY", busy)
+            .output(&[&format!("run:600:10000:{sync}:40")]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen = server.join().unwrap();
+        let (from, to) = launching(line(&stdout, "run "));
+        let (mut busy, mut held, mut granted) = (0u64, 0u64, None);
+        for (at, r) in &seen {
+            match r {
+                Request::Acquire { .. } => granted = Some(*at),
+                Request::Release { busy_ns, .. } | Request::Renew { busy_ns, .. } => {
+                    if let Some(g) = granted.take() {
+                        held += (*at - g).as_nanos() as u64;
+                        busy += busy_ns;
+                    }
+                    if matches!(r, Request::Renew { .. }) {
+                        granted = Some(*at);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let kernels = run_count(line(&stdout, "run "));
+        let gpu_part = kernels as f64 * 10_000.0 / (to - from) as f64;
+        assert!(
+            held > 300_000_000 && gpu_part < 0.25,
+            "{kernels} kernels in {} ms, leases held {} ms",
+            (to - from) / 1_000_000,
+            held / 1_000_000
+        );
+        (busy as f64 / held as f64, gpu_part)
+    };
+    let (pending, gpu_part) = reported(0, "");
+    assert!(
+        pending > 0.8,
+        "by default the pending time: busy {pending:.2} of the leases' time, the kernels {gpu_part:.2} of the run's"
+    );
+    let (queued, gpu_part) = reported(0, "gpu");
+    assert!(
+        queued < 0.4,
+        "never synchronizing: busy {queued:.2} of the leases' time, the kernels {gpu_part:.2} of the run's"
+    );
+    let (waiting, gpu_part) = reported(1, "gpu");
+    assert!(
+        waiting > 0.8,
+        "synchronizing after each kernel: busy {waiting:.2} of the leases' time, the kernels {gpu_part:.2} of the run's"
+    );
+}
+
 /// A lease granted while others wait (the grant's contended flag) goes back once its process
 /// has left the GPU for an eighth of it, long before its end; one nobody waited for is kept to
 /// its end. Leases of 400 ms, a pause of 1 s after 2 ms of kernels.

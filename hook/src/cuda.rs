@@ -28,6 +28,7 @@ pub type CUdevice = i32;
 pub type CUdeviceptr = u64;
 pub type CUstream = *mut c_void;
 pub type CUevent = *mut c_void;
+pub type CUcontext = *mut c_void;
 pub type CUfunction = *mut c_void;
 pub type CUgraphExec = *mut c_void;
 pub type CUmemoryPool = *mut c_void;

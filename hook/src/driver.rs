@@ -244,7 +244,7 @@ pub fn bind(lib: Lib, exports_now: Option<&'static Exports>) {
     BOUND[lib as usize].fetch_max(done, Release);
 }
 
-/// Driver functions the hook calls itself but does not wrap.
+/// Driver functions the hook calls itself, the real ones (a few of them are wrapped too).
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy)]
 pub enum Helper {

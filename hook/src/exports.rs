@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_void};
 use crate::cuda::*;
 use crate::driver::{Exports, Lib, Slot};
 use crate::interpose::{dlsym as dlsym_decision, proc_address};
-use crate::{launch, memory, memory_info, residency, session};
+use crate::{launch, memory, memory_info, residency, session, waits};
 
 macro_rules! wrappers {
     ($(
@@ -121,6 +121,11 @@ wrappers! {
     Cuda cuMemGetInfo(free: *mut u32, total: *mut u32) => memory_info::get_info_v1;
     Cuda cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => memory_info::get_info;
     Cuda cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) => memory_info::device_total;
+    Cuda cuCtxSynchronize() => waits::ctx;
+    Cuda cuCtxSynchronize_v2(ctx: CUcontext) => waits::ctx_v2;
+    Cuda cuStreamSynchronize(stream: CUstream) => waits::stream;
+    Cuda cuStreamSynchronize_ptsz(stream: CUstream) => waits::stream;
+    Cuda cuEventSynchronize(event: CUevent) => waits::event;
     Nvml nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, mem: *mut NvmlMemory) => memory_info::nvml_info;
     Nvml nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, mem: *mut NvmlMemoryV2)
         => memory_info::nvml_info_v2;

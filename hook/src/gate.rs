@@ -89,8 +89,21 @@ pub fn enter(stream: Stream) -> Lane {
     };
     if let Some(handle) = stream.handle() {
         streams::note(lane, handle);
+        if pacing::gpu_time::drawn(lane) {
+            time_drawn(lane, handle);
+        }
     }
     lane
+}
+
+/// The launch on `handle` in `lane` is drawn to be timed ([`pacing::gpu_time`]).
+#[cold]
+#[inline(never)]
+fn time_drawn(lane: Lane, handle: CUstream) {
+    let timeable = !capturing(handle);
+    // Another thread may capture meanwhile (a capture of this thread is on another stream).
+    let _relaxed = relaxed_capture();
+    pacing::time_drawn_launch(lane, timeable.then_some(handle));
 }
 
 /// After the launch on `stream` in `lane`: the marker a queue check asked for.

@@ -71,9 +71,19 @@ fn record_fn() -> Option<Record> {
 /// Before a launch on `stream` in `lane`: starts timing it, unless a pair is in flight or the
 /// last one started less than [`TIME_EVERY_NS`] ago.
 pub fn before_launch(lane: Lane, stream: CUstream) {
+    start(lane, stream, true);
+}
+
+/// Before a launch on `stream` in `lane` drawn by its count ([`pacing`](crate::pacing)'s GPU
+/// time): starts timing it unless a pair is in flight, however soon after the last.
+pub fn before_drawn_launch(lane: Lane, stream: CUstream) {
+    start(lane, stream, false);
+}
+
+fn start(lane: Lane, stream: CUstream, spaced: bool) {
     let now = now_ns();
     let mut t = TIMER[lane].lock();
-    if t.in_flight || now.saturating_sub(t.last) < TIME_EVERY_NS {
+    if t.in_flight || (spaced && now.saturating_sub(t.last) < TIME_EVERY_NS) {
         return;
     }
     // An end still due a millisecond after its start never came (the launch did not follow on

@@ -67,3 +67,4 @@ mod revocation;
 mod session;
 mod stats;
 mod streams;
+mod waits;

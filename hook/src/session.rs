@@ -130,6 +130,7 @@ fn attach_slow() -> Attach {
     }
     register_atfork();
     crate::stats::configure();
+    crate::pacing::gpu_time::configure();
     crate::lease::watch_exit();
     let socket = crate::env::var_os("GPUSHARE_SOCKET")
         .filter(|s| !s.is_empty())

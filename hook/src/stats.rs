@@ -65,6 +65,16 @@ pub static UNSURE: Counter = Counter::new();
 pub static PER_LAUNCH_NS: Counter = Counter::new();
 pub static PER_LAUNCH_MAX_NS: Counter = Counter::new();
 
+/// The program's waits for the GPU that blocked ([`crate::waits`]).
+pub static WAITS: Counter = Counter::new();
+/// Launches timed for the GPU time of leases alone ([`crate::pacing::gpu_time`]).
+pub static GPU_TIMED: Counter = Counter::new();
+/// Nanoseconds of the leases that ended, of work pending in them (the samples'), and of busy
+/// time reported for them (the pending time, at most the GPU time of their launches).
+pub static LEASE_NS: Counter = Counter::new();
+pub static PENDING_NS: Counter = Counter::new();
+pub static REPORTED_BUSY_NS: Counter = Counter::new();
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Reads `GPUSHARE_STATS` (once, when the process attaches).
@@ -82,7 +92,8 @@ pub fn line() -> String {
          unchecked, {} markers dropped (ring full); {} samples, {} sampling markers; {} launches \
          timed ({} slow on the host), \
          {} lowered the time per launch learnt, {} seen done too late to learn from, now {} us \
-         (at most {} us)",
+         (at most {} us); {:.1} ms of leases, {:.1} ms pending, {:.1} ms busy reported ({} \
+         launches timed for it, {} waits for the GPU)",
         GRANTS.get(),
         EXTENSIONS.get(),
         EXTENDED_AHEAD.get(),
@@ -101,6 +112,11 @@ pub fn line() -> String {
         UNSURE.get(),
         PER_LAUNCH_NS.get() / 1000,
         PER_LAUNCH_MAX_NS.get() / 1000,
+        ms(&LEASE_NS),
+        ms(&PENDING_NS),
+        ms(&REPORTED_BUSY_NS),
+        GPU_TIMED.get(),
+        WAITS.get(),
     )
 }
 

@@ -398,15 +398,26 @@ EXPORT CUresult cuEventRecord(void *e, CUstream s) {
   __sync_fetch_and_add(&events_recorded, 1); return OK;
 }
 EXPORT CUresult cuEventRecord_ptsz(void *e, CUstream s) { return cuEventRecord(e, s); }
+/* FAKE_CUDA_DONE_LATENCY_US=US: an event is seen done US us after the work before it ended, as
+ * a real GPU's completions are seen microseconds after its kernels end (the elapsed time between
+ * two events is not changed). */
+static uint64_t done_latency_ns(void) {
+  static int64_t ns = -1;
+  if (ns < 0) {
+    const char *v = getenv("FAKE_CUDA_DONE_LATENCY_US");
+    ns = v ? (int64_t)strtoull(v, NULL, 10) * 1000 : 0;
+  }
+  return (uint64_t)ns;
+}
 /* FAKE_CUDA_NEVER_DONE: events never complete (work that waits on another process). */
 EXPORT CUresult cuEventQuery(void *e) {
   if (!capture_safe("cuEventQuery")) return ERR_CAPTURE_UNSUPPORTED;
   if (getenv("FAKE_CUDA_NEVER_DONE")) return 600;
-  return now_ns() >= *(uint64_t *)e ? OK : 600;
+  return now_ns() >= *(uint64_t *)e + done_latency_ns() ? OK : 600;
 }
 EXPORT CUresult cuEventSynchronize(void *e) {
   if (!capture_safe("cuEventSynchronize")) return ERR_CAPTURE_UNSUPPORTED;
-  sleep_until(*(uint64_t *)e); return OK;
+  sleep_until(*(uint64_t *)e + done_latency_ns()); return OK;
 }
 EXPORT CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
 EXPORT CUresult cuEventElapsedTime(float *ms, void *a, void *b) {

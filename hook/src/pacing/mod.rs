@@ -20,6 +20,7 @@
 //! found work pending is the lease's *busy* fraction, reported to the daemon as the process's
 //! demand on the GPU.
 
+pub mod gpu_time;
 mod mode;
 mod pacer;
 
@@ -92,6 +93,36 @@ pub fn check(lane: Lane, stream: CUstream, wait_limit_ns: u64, left_ns: u64) -> 
     next
 }
 
+/// A launch of `lane` timed on its own took `timed` on the GPU: the first estimate of the GPU
+/// time per launch, or a lower one beside others ([`lowered_by_timing`]); and a sample of the
+/// GPU time the lease's work takes ([`gpu_time`]).
+fn learn_timed(p: &mut Pacer, lane: Lane, timed: u64) {
+    if p.per_launch_ns == 0 {
+        p.set_per_launch(timed.max(1));
+    } else if lowered_by_timing(lane) {
+        let lowered = lower(p.per_launch_ns, timed);
+        if lowered < p.per_launch_ns {
+            stats::LOWERED.add(1);
+            p.set_per_launch(lowered);
+        }
+    }
+    gpu_time::timed(lane, timed, SHARED[lane].load(Relaxed));
+}
+
+/// Before the launch on `stream` drawn to be timed ([`gpu_time::drawn`]), a nameable stream
+/// that is not capturing: takes the timing before it if it completed, starts this one's, and
+/// draws the next (`None`: the stream captures; the next launch is drawn instead).
+#[cold]
+pub fn time_drawn_launch(lane: Lane, stream: Option<CUstream>) {
+    if let Some(stream) = stream {
+        if let Some(timed) = kernel_timer::take(lane) {
+            learn_timed(&mut pacer(lane), lane, timed);
+        }
+        kernel_timer::before_drawn_launch(lane, stream);
+    }
+    gpu_time::draw_next(lane, LAUNCHES[lane].load(Relaxed));
+}
+
 /// [`check`]'s wait. The pacer's lock is not held while waiting: the lease thread samples the
 /// queue meanwhile (a launching thread that waited under the lock would starve it of samples,
 /// and the lease would be reported idle). Returns how long until the next check, and the GPU
@@ -113,15 +144,7 @@ fn check_queue(lane: Lane, wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
                 p.backlogged = pending > 0;
                 p.checked_launches = LAUNCHES[lane].load(Relaxed);
                 if let Some(timed) = kernel_timer::take(lane) {
-                    if p.per_launch_ns == 0 {
-                        p.set_per_launch(timed.max(1));
-                    } else if lowered_by_timing(lane) {
-                        let lowered = lower(p.per_launch_ns, timed);
-                        if lowered < p.per_launch_ns {
-                            stats::LOWERED.add(1);
-                            p.set_per_launch(lowered);
-                        }
-                    }
+                    learn_timed(&mut p, lane, timed);
                 }
                 if pending == 0 {
                     MARK_AFTER[lane].store(true, Relaxed);
@@ -239,7 +262,8 @@ pub fn passes(lane: Lane, left_ns: u64) -> bool {
 /// records the marker a check asked for.
 #[inline(always)]
 pub fn after_launch(lane: Lane, stream: CUstream) {
-    LAUNCHES[lane].fetch_add(1, Relaxed);
+    let launches = LAUNCHES[lane].fetch_add(1, Relaxed) + 1;
+    gpu_time::counted(lane, launches);
     kernel_timer::after_launch(lane, stream);
     if MARK_AFTER[lane].load(Relaxed) {
         mark(lane, stream);
@@ -349,9 +373,10 @@ pub fn sample(lane: Lane, stream: impl FnOnce() -> Option<CUstream>) {
     }
 }
 
-/// The busy part of a lease of `wall_ns` that ends now, from the samples since it started; starts
-/// the count for the next lease. Without samples (a lease shorter than the sampling period), the
-/// work was pending for the whole lease if a marker still is.
+/// The busy part of a lease of `wall_ns` that ends now, from the samples since it started, at
+/// most the GPU time of its launches ([`gpu_time`]); starts the count for the next lease.
+/// Without samples (a lease shorter than the sampling period), the work was pending for the
+/// whole lease if a marker still is.
 pub fn take_busy(lane: Lane, wall_ns: u64) -> u64 {
     let pending = query_fn().is_some_and(|query| {
         let p = pacer(lane);
@@ -360,10 +385,12 @@ pub fn take_busy(lane: Lane, wall_ns: u64) -> u64 {
             .is_some_and(|m| unsafe { query(m.event) } == CUDA_NOT_READY)
     });
     let mut p = pacer(lane);
-    let busy = busy_part(wall_ns, p.samples, p.busy_samples, pending);
+    let pending = busy_part(wall_ns, p.samples, p.busy_samples, pending);
     p.samples = 0;
     p.busy_samples = 0;
-    busy
+    drop(p);
+    stats::LEASE_NS.add(wall_ns);
+    gpu_time::busy(lane, pending, LAUNCHES[lane].load(Relaxed))
 }
 
 /// `wall_ns` times the fraction of busy samples (pure, unit-tested).
@@ -386,6 +413,8 @@ pub fn restart_count(lane: Lane) {
     let mut p = pacer(lane);
     p.samples = 0;
     p.busy_samples = 0;
+    drop(p);
+    gpu_time::lease_started(lane, LAUNCHES[lane].load(Relaxed));
 }
 
 /// How long this process has left the GPU without work of its own: `None` while work it marked
@@ -445,6 +474,7 @@ pub fn after_fork_in_child() {
         unsafe { PACER[lane].reset(Pacer::new()) };
     }
     kernel_timer::after_fork_in_child();
+    gpu_time::after_fork_in_child();
 }
 
 #[cfg(test)]
