@@ -28,6 +28,7 @@
 #   leaves it out); SOAK_SOLO_SECONDS [2] each solo measurement; SOAK_LEAD [10] seconds a process
 #   is started before its work begins (import, CUDA context, warm-up); SOAK_WINDOW [5];
 #   SOAK_DAEMON lines for the daemon's [daemon] table (e.g. 'queue_ahead = "1ms"');
+#   SOAK_HOOK_ENV more environment of the processes under gpushare (e.g. GPUSHARE_BUSY=gpu);
 #   SOAK_BUDGET [none] seconds for the whole call: a phase that would end past it is skipped;
 #   SOAK_AS_SELF=1 runs every process as the calling user (every client allows that user), as
 #   happens anyway where the users cannot be created;
@@ -101,7 +102,7 @@ launch_proc() {
   local mode=$1 t0=$2 name=$3 client=$4 u=$5 spec=$6 start until e=""
   start=$(add "$t0" "$7") until=$(add "$t0" "$8")
   [[ -n $as_self ]] && u=$self
-  [[ $mode == gpushare ]] && e="$uhook GPUSHARE_CLIENT=$client GPUSHARE_STATS=1"
+  [[ $mode == gpushare ]] && e="$uhook GPUSHARE_CLIENT=$client GPUSHARE_STATS=1 ${SOAK_HOOK_ENV:-}"
   (
     sleep_until "$(add "$start" "-$lead")"
     # shellcheck disable=SC2086

@@ -74,7 +74,7 @@ pub fn before_launch(lane: Lane, stream: CUstream) {
     start(lane, stream, true);
 }
 
-/// Before a launch on `stream` in `lane` drawn by its count ([`pacing`](crate::pacing)'s GPU
+/// Before a launch on `stream` in `lane` drawn by its count (for the pacing's GPU
 /// time): starts timing it unless a pair is in flight, however soon after the last.
 pub fn before_drawn_launch(lane: Lane, stream: CUstream) {
     start(lane, stream, false);

@@ -34,7 +34,7 @@
 //!    process stays away once it pauses, [`pauses`], and how a thread waits for a grant,
 //!    [`grant_wait`];
 //! 4. the policies: [`revocation`], [`residency`], [`session`], [`memory`], [`memory_info`],
-//!    [`gate`], [`launch`];
+//!    [`gate`], [`launch`], and the program's waits for the GPU, [`waits`];
 //! 5. the exported `extern "C"` entry points: [`exports`].
 //!
 //! A lower module never calls up: what the upper layers need to share lives in a lower module

@@ -65,9 +65,9 @@ pub static UNSURE: Counter = Counter::new();
 pub static PER_LAUNCH_NS: Counter = Counter::new();
 pub static PER_LAUNCH_MAX_NS: Counter = Counter::new();
 
-/// The program's waits for the GPU that blocked ([`crate::waits`]).
+/// The program's waits for the GPU that blocked (its synchronizes).
 pub static WAITS: Counter = Counter::new();
-/// Launches timed for the GPU time of leases alone ([`crate::pacing::gpu_time`]).
+/// Launches timed for the GPU time of leases alone (`GPUSHARE_BUSY=gpu`).
 pub static GPU_TIMED: Counter = Counter::new();
 /// Nanoseconds of the leases that ended, of work pending in them (the samples'), and of busy
 /// time reported for them (the pending time, at most the GPU time of their launches).
@@ -93,7 +93,7 @@ pub fn line() -> String {
          timed ({} slow on the host), \
          {} lowered the time per launch learnt, {} seen done too late to learn from, now {} us \
          (at most {} us); {:.1} ms of leases, {:.1} ms pending, {:.1} ms busy reported ({} \
-         launches timed for it, {} waits for the GPU)",
+         timings for it, {} waits for the GPU)",
         GRANTS.get(),
         EXTENSIONS.get(),
         EXTENDED_AHEAD.get(),

@@ -23,7 +23,7 @@
 //! and beside another process's work the driver's time-slicing makes each such wait last until
 //! the other's turn ends: on an H200, a loop of 50 us kernels synchronizing after each ran at
 //! 0.01 of its rate alone time-sliced among nine other processes, though its kernels took 0.7
-//! of the GPU alone. So each wait that blocked ([`crate::waits`]) counts [`WAIT_NS`] more, and
+//! of the GPU alone. So each wait that blocked (a synchronize the program called) counts [`WAIT_NS`] more, and
 //! the busy time reported is the lesser of the pending time and the launches' GPU time with the
 //! waits'. A loop that waits for every short kernel stays as busy as its pending time says, and
 //! takes turns; one that keeps work queued (a launch-bound training loop reading its loss every
@@ -70,7 +70,7 @@ pub fn configure() {
     );
 }
 
-/// The program's waits for the GPU that blocked, per lane ([`crate::waits`]).
+/// The program's waits for the GPU that blocked, per lane (its synchronizes).
 static WAITS: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 static TIMES: PerLane<ForkSafe<Times>> = PerLane([const { ForkSafe::new(Times::new()) }; MAX]);
 
