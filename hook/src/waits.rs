@@ -11,12 +11,14 @@ use crate::pacing;
 /// A wait shorter than this did not block: the work was done already.
 const BLOCKED_NS: u64 = 5_000;
 
-/// Calls `wait` (a synchronize), counting it in the current device's lane if it blocked.
+/// Calls `wait` (a synchronize), counting it in the lane its launches would go to if it blocked
+/// (asking the driver nothing, and noting no device as used, in a process of one GPU).
 fn counted(wait: impl FnOnce() -> CUresult) -> CUresult {
     let from = now_ns();
     let r = wait();
     if now_ns().saturating_sub(from) >= BLOCKED_NS {
-        pacing::gpu_time::waited(devices::current().lane());
+        let (lane, _) = devices::launch_lane(devices::first_lane());
+        pacing::gpu_time::waited(lane);
     }
     r
 }
