@@ -42,6 +42,19 @@ struct Timer {
     last: u64,
     /// How long the host took from recording the start to recording the end.
     host_ns: u64,
+    /// The launch timed was drawn by count, and its lease ran beside others when it started.
+    drawn: bool,
+    shared: bool,
+}
+
+/// A launch's GPU time, and how its timing began.
+#[derive(Debug, Clone, Copy)]
+pub struct Timed {
+    pub ns: u64,
+    /// Drawn by count ([`before_drawn_launch`]), not spaced in time for the pacer.
+    pub drawn: bool,
+    /// Its lease ran beside others when the timing began.
+    pub shared: bool,
 }
 
 // SAFETY: events and streams are plain driver handles, usable from any thread of the process.
@@ -53,6 +66,8 @@ const IDLE: Timer = Timer {
     in_flight: false,
     last: 0,
     host_ns: 0,
+    drawn: false,
+    shared: false,
 };
 
 static TIMER: PerLane<ForkSafe<Timer>> =
@@ -71,19 +86,21 @@ fn record_fn() -> Option<Record> {
 /// Before a launch on `stream` in `lane`: starts timing it, unless a pair is in flight or the
 /// last one started less than [`TIME_EVERY_NS`] ago.
 pub fn before_launch(lane: Lane, stream: CUstream) {
-    start(lane, stream, true);
+    start(lane, stream, false, false);
 }
 
-/// Before a launch on `stream` in `lane` drawn by its count (for the pacing's GPU
-/// time): starts timing it unless a pair is in flight, however soon after the last.
-pub fn before_drawn_launch(lane: Lane, stream: CUstream) {
-    start(lane, stream, false);
+/// Before a launch on `stream` in `lane` drawn by its count (for the pacing's GPU time), on a
+/// lease beside others if `shared`: starts timing it unless a pair is in flight or another
+/// thread's launch is being timed, however soon after the last.
+pub fn before_drawn_launch(lane: Lane, stream: CUstream, shared: bool) {
+    start(lane, stream, true, shared);
 }
 
-fn start(lane: Lane, stream: CUstream, spaced: bool) {
+fn start(lane: Lane, stream: CUstream, drawn: bool, shared: bool) {
     let now = now_ns();
     let mut t = TIMER[lane].lock();
-    if t.in_flight || (spaced && now.saturating_sub(t.last) < TIME_EVERY_NS) {
+    let recent = now.saturating_sub(t.last) < TIME_EVERY_NS;
+    if t.in_flight || (recent && (!drawn || END_DUE[lane].load(Relaxed))) {
         return;
     }
     // An end still due a millisecond after its start never came (the launch did not follow on
@@ -106,6 +123,8 @@ fn start(lane: Lane, stream: CUstream, spaced: bool) {
         return;
     }
     t.stream = stream;
+    t.drawn = drawn;
+    t.shared = shared;
     END_DUE[lane].store(true, Relaxed);
     crate::stats::TIMED.add(1);
 }
@@ -135,7 +154,7 @@ fn end(lane: Lane, stream: CUstream) {
 
 /// The GPU time of the timed launch, once its pair has completed (then only once); `None` too
 /// for a launch slow on the host ([`SLOW_LAUNCH_NS`]).
-pub fn take(lane: Lane) -> Option<u64> {
+pub fn take(lane: Lane) -> Option<Timed> {
     let mut t = TIMER[lane].lock();
     if !t.in_flight {
         return None;
@@ -159,7 +178,11 @@ pub fn take(lane: Lane) -> Option<u64> {
     if unsafe { elapsed(&mut ms, start, end) } != CUDA_SUCCESS || !ms.is_finite() || ms < 0.0 {
         return None;
     }
-    conclusive((ms as f64 * 1e6) as u64, t.host_ns)
+    conclusive((ms as f64 * 1e6) as u64, t.host_ns).map(|ns| Timed {
+        ns,
+        drawn: t.drawn,
+        shared: t.shared,
+    })
 }
 
 /// A timing of `gpu_ns` whose launch took `host_ns` on the host, unless the launch was slow.

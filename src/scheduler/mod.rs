@@ -112,14 +112,6 @@ pub const USAGE_WINDOW: Nanos = 10_000_000_000;
 pub const LIMIT_WINDOW: Nanos = 250_000_000;
 /// The most a client's request is scaled to among the clients present ([`Client::guaranteed`]).
 const SCALED_RATE_MAX: f64 = 0.5;
-/// The most GPU time of its own a batch client waiting in line may be ahead of the furthest
-/// behind in line by (at its weight): its lead beyond is forgiven. A client gets ahead by running
-/// beside the others' leases (backfill, overlap by demand) while they could not use the GPU;
-/// charged for that time, it then waited until they caught up: on an H200, a launch-bound
-/// training loop known as the light process it is ran beside the others at 0.77 of its rate for
-/// 20 s, and got nothing for the next 14 s. A lead of this much costs it about that long in line
-/// over its request's part of the requests waiting.
-pub const MOST_LEAD: Nanos = 250_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Shares {
@@ -1256,25 +1248,6 @@ impl Scheduler {
                 }
             } else {
                 line.push((vtime, id));
-            }
-        }
-        // The lead over the furthest behind in line of the clients without a limit: one held
-        // back by its limit stays behind for good, and the others' leads over it are not
-        // forgiven (they would all be held to it, and divide the rest equally, not by request).
-        let behind = line
-            .iter()
-            .filter(|(_, id)| self.clients.get(id).is_some_and(|c| c.shares.limit >= 1.0))
-            .map(|&(v, _)| v)
-            .fold(f64::INFINITY, f64::min);
-        if behind.is_finite() {
-            for (vtime, id) in line.iter_mut() {
-                if let Some(c) = self.clients.get_mut(id) {
-                    let most = behind + MOST_LEAD as f64 / c.weight();
-                    if c.vtime > most && !c.shares.interactive {
-                        c.vtime = most;
-                        *vtime = most;
-                    }
-                }
             }
         }
         // owed clients first ([`guarantee`]), then furthest behind; stable: equal virtual

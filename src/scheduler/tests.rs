@@ -698,54 +698,6 @@ fn saturating_processes_hold_leases_alone_and_keep_their_shares() {
     assert_near(held[&2], 0.25, 0.01, "client 2");
 }
 
-/// A client whose light process ran beside two saturating ones for 10 s (overlapping, charged a
-/// part of each lease) and then turned heavy waits in line about its forgiven lead at most
-/// ([`MOST_LEAD`]), not until the others caught up all it ran ahead: requests 0.5 / 0.3 / 0.2,
-/// its longest wait for a lease in the 5 s after it turned heavy was 1.0 s (2.0 s with its whole
-/// lead kept).
-#[test]
-fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_forgiven_lead() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.3, 1.0), 0);
-    s.set_client(3, shares(0.2, 1.0), 0);
-    let turned = 10 * S;
-    let busy = |sid: SessionId, t: Nanos| match sid {
-        30 if t < turned => 0.1,
-        _ => 1.0,
-    };
-    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
-    for (c, sid) in [(1, 10), (2, 20), (3, 30)] {
-        s.acquire(c, sid, 0);
-    }
-    let (mut last_end, mut longest, mut t) = (turned, 0, 0);
-    while t < turned + 5 * S {
-        leases.retain(|&(c, sid, start, end)| {
-            if end > t {
-                return true;
-            }
-            s.release(sid, ((t - start) as f64 * busy(sid, start)) as Nanos, t);
-            s.acquire(c, sid, t);
-            if c == 3 {
-                last_end = last_end.max(t);
-            }
-            false
-        });
-        while let Some(g) = s.poll(t) {
-            if g.client == 3 && t > turned {
-                longest = longest.max(t.saturating_sub(last_end));
-            }
-            leases.push((g.client, g.session, t, t + g.lease_ns));
-        }
-        t += MS;
-    }
-    let waited_ms = longest / MS;
-    assert!(
-        waited_ms < 1600,
-        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
-    );
-}
-
 /// A demand-gated scheduler with client 1 (request 0.5) and clients 2-5 (0.125 each), and their
 /// processes for [`run_gated`]: client 1's saturating, the others' busy 10% of the time each.
 fn heavy_beside_four_light() -> (Scheduler, Vec<(ClientId, SessionId, f64)>) {

@@ -12,11 +12,13 @@
 //! So some launches are timed on their own by a pair of timing events
 //! ([`kernel_timer`](crate::kernel_timer)), drawn by their count: the next one timed is a
 //! random number of launches after the last, about one per millisecond of launching on
-//! average. Drawn by count, every launch is as likely to be timed whatever its size or the host
-//! time before it, and the mean of their times, over the last [`KEPT`], times a lease's
-//! launches, is the GPU time its work took. Beside others, a pair also spans their turns:
-//! timings of a shared lease are left out (its samples only bound its demand from above, as the
-//! daemon knows).
+//! average, and the mean of their times, over the last [`KEPT`], times a lease's launches, is
+//! the GPU time its work took. Drawn by count, a launch is timed whatever its size or the host
+//! time before it, but not while the pair before is still in flight: that favours launches
+//! after the queue ran short, and a loop that keeps a long queue of equal kernels may read low
+//! (one of 5 ms kernels reported 63 of its 81 s pending). Beside others, a pair also spans their
+//! turns: timings begun on a shared lease are left out (its samples only bound its demand from
+//! above, as the daemon knows).
 //!
 //! GPU time is not all a process needs of the GPU, either. A program that waits for its work
 //! (a synchronize after each kernel, a loss read every step) goes on only once the GPU ran it,
@@ -170,7 +172,7 @@ pub fn waited(lane: Lane) {
 
 /// A timed launch of `lane` took `ns` on the GPU; `shared`: the lease ran beside others.
 pub fn timed(lane: Lane, ns: u64, shared: bool) {
-    if shared {
+    if shared || !ON.load(Relaxed) {
         return;
     }
     stats::GPU_TIMED.add(1);

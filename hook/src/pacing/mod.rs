@@ -93,10 +93,15 @@ pub fn check(lane: Lane, stream: CUstream, wait_limit_ns: u64, left_ns: u64) -> 
     next
 }
 
-/// A launch of `lane` timed on its own took `timed` on the GPU: the first estimate of the GPU
-/// time per launch, or a lower one beside others ([`lowered_by_timing`]); and a sample of the
-/// GPU time the lease's work takes ([`gpu_time`]).
-fn learn_timed(p: &mut Pacer, lane: Lane, timed: u64) {
+/// A launch of `lane` timed on its own: one drawn by count is a sample of the GPU time the
+/// lease's work takes ([`gpu_time`]); one the pacer timed, the first estimate of the GPU time
+/// per launch, or a lower one beside others ([`lowered_by_timing`]).
+fn learn_timed(p: &mut Pacer, lane: Lane, timed: kernel_timer::Timed) {
+    if timed.drawn {
+        gpu_time::timed(lane, timed.ns, timed.shared);
+        return;
+    }
+    let timed = timed.ns;
     if p.per_launch_ns == 0 {
         p.set_per_launch(timed.max(1));
     } else if lowered_by_timing(lane) {
@@ -106,7 +111,6 @@ fn learn_timed(p: &mut Pacer, lane: Lane, timed: u64) {
             p.set_per_launch(lowered);
         }
     }
-    gpu_time::timed(lane, timed, SHARED[lane].load(Relaxed));
 }
 
 /// Before the launch on `stream` drawn to be timed ([`gpu_time::drawn`]), a nameable stream
@@ -118,7 +122,7 @@ pub fn time_drawn_launch(lane: Lane, stream: Option<CUstream>) {
         if let Some(timed) = kernel_timer::take(lane) {
             learn_timed(&mut pacer(lane), lane, timed);
         }
-        kernel_timer::before_drawn_launch(lane, stream);
+        kernel_timer::before_drawn_launch(lane, stream, SHARED[lane].load(Relaxed));
     }
     gpu_time::draw_next(lane, LAUNCHES[lane].load(Relaxed));
 }
