@@ -36,7 +36,8 @@
 //! loop ran beside the others' leases, and a process that waits for each step (a CUDA graph
 //! replayed and its loss read each time) lost to its time-slicing beside it what its lease was
 //! due: in a soak on an H200 the lab's throughput went from 0.58 to 1.01 of time-slicing's, and
-//! the client of that process got 0.16-0.18 of its due 0.26 (0.20-0.23 with the pending time).
+//! the client of that process got 0.17 of its due 0.26 in the median window (0.25 with the
+//! pending time).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
