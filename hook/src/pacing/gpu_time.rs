@@ -25,11 +25,12 @@
 //! and beside another process's work the driver's time-slicing makes each such wait last until
 //! the other's turn ends: on an H200, a loop of 50 us kernels synchronizing after each ran at
 //! 0.01 of its rate alone time-sliced among nine other processes, though its kernels took 0.7
-//! of the GPU alone. So each wait that blocked (a synchronize the program called) counts [`WAIT_NS`] more, and
-//! the busy time reported is the lesser of the pending time and the launches' GPU time with the
-//! waits'. A loop that waits for every short kernel stays as busy as its pending time says, and
-//! takes turns; one that keeps work queued (a launch-bound training loop reading its loss every
-//! few steps) is known as the light process it is, and runs beside others.
+//! of the GPU alone. So each wait that blocked (a synchronize the program called) counts
+//! [`WAIT_NS`] more, and the busy time reported is the lesser of the pending time and the
+//! launches' GPU time with the waits'. A loop that waits for every short kernel stays as busy
+//! as its pending time says, and takes turns; one that keeps work queued (a launch-bound
+//! training loop reading its loss every few steps) is known as the light process it is, and
+//! runs beside others.
 //!
 //! For comparisons, and off unless `GPUSHARE_BUSY=gpu` ([`configure`]): the busy time reported
 //! is the pending time otherwise, and no launch is timed for it. Known light, a launch-bound

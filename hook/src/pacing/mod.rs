@@ -377,8 +377,9 @@ pub fn sample(lane: Lane, stream: impl FnOnce() -> Option<CUstream>) {
     }
 }
 
-/// The busy part of a lease of `wall_ns` that ends now, from the samples since it started, at
-/// most the GPU time of its launches ([`gpu_time`]); starts the count for the next lease.
+/// The busy part of a lease of `wall_ns` that ends now, from the samples since it started (with
+/// `GPUSHARE_BUSY=gpu`, at most the GPU time of its launches and waits, [`gpu_time`]); starts
+/// the count for the next lease.
 /// Without samples (a lease shorter than the sampling period), the work was pending for the
 /// whole lease if a marker still is.
 pub fn take_busy(lane: Lane, wall_ns: u64) -> u64 {
