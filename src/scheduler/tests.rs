@@ -698,6 +698,86 @@ fn saturating_processes_hold_leases_alone_and_keep_their_shares() {
     assert_near(held[&2], 0.25, 0.01, "client 2");
 }
 
+/// A client whose light process ran beside two saturating ones for 20 s (overlapping, charged a
+/// part of each lease) and then turned heavy waits in line for about its kept lead at most
+/// ([`lead`](super::lead)), not until the others caught up all it ran ahead: requests 0.5 / 0.3
+/// / 0.2, its longest wait for a lease in the 5 s after it turned heavy was 1.1 s (2.0 s with
+/// its whole lead kept).
+#[test]
+fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_kept_lead() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.3, 1.0), 0);
+    s.set_client(3, shares(0.2, 1.0), 0);
+    let turned = 20 * S;
+    let busy = |sid: SessionId, t: Nanos| match sid {
+        30 if t < turned => 0.1,
+        _ => 1.0,
+    };
+    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
+    for (c, sid) in [(1, 10), (2, 20), (3, 30)] {
+        s.acquire(c, sid, 0);
+    }
+    let (mut last_end, mut longest, mut t) = (turned, 0, 0);
+    let mut held = BTreeMap::<ClientId, Nanos>::new();
+    while t < turned + 5 * S {
+        leases.retain(|&(c, sid, start, end)| {
+            if end > t {
+                return true;
+            }
+            s.release(sid, ((t - start) as f64 * busy(sid, start)) as Nanos, t);
+            s.acquire(c, sid, t);
+            if c == 3 {
+                last_end = last_end.max(t);
+            }
+            if start >= turned {
+                *held.entry(c).or_default() += t - start;
+            }
+            false
+        });
+        while let Some(g) = s.poll(t) {
+            if g.client == 3 && t > turned {
+                longest = longest.max(t.saturating_sub(last_end));
+            }
+            leases.push((g.client, g.session, t, t + g.lease_ns));
+        }
+        t += MS;
+    }
+    let waited_ms = longest / MS;
+    assert!(
+        waited_ms < 1500,
+        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
+    );
+    // and once level with the others, it is held to its request again
+    let total: Nanos = held.values().sum();
+    let third = held.get(&3).copied().unwrap_or(0) as f64 / total as f64;
+    assert!(
+        third < 0.25,
+        "client 3 held {third:.3} of the leases after turning heavy"
+    );
+}
+
+/// Clients ahead of one that stays behind them in virtual time (held at its limit: request 0.3,
+/// limit 0.05) still divide what it leaves by their requests (0.2 / 0.4), their leads over the
+/// active clients' mean decaying alike ([`lead`](super::lead)). A bound that held each lead at
+/// a cap pinned the two to one virtual time each, and the heavier, whose cap was the lower, went
+/// first every time.
+#[test]
+fn clients_ahead_of_one_held_behind_divide_the_rest_by_request() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.2, 1.0), 0);
+    s.set_client(2, shares(0.4, 1.0), 0);
+    s.set_client(3, shares(0.3, 0.05), 0);
+    let (_, held) = run_gated(&mut s, &[(1, 10, 1.0), (2, 20, 1.0), (3, 30, 1.0)], 30 * S);
+    assert_near(held[&3], 0.05, 0.01, "client 3, at its limit");
+    assert_near(
+        held[&2] / (held[&1] + held[&2]),
+        2.0 / 3.0,
+        0.02,
+        "client 2's part of the two",
+    );
+}
+
 /// A demand-gated scheduler with client 1 (request 0.5) and clients 2-5 (0.125 each), and their
 /// processes for [`run_gated`]: client 1's saturating, the others' busy 10% of the time each.
 fn heavy_beside_four_light() -> (Scheduler, Vec<(ClientId, SessionId, f64)>) {
