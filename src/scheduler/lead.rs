@@ -1,93 +1,90 @@
-//! A lead in virtual time decays, as lag does in EEVDF: a batch client ahead of the active
-//! batch clients' weighted mean virtual time by more than [`LEAD_KEPT`]'s worth (the edge)
-//! keeps that much and sees the rest shrink exponentially, by e every [`LEAD_DECAY`].
+//! A batch client's lead in line is bounded, as lag is in EEVDF: no client that waits for the
+//! GPU is further ahead in virtual time of the clients it serves now (the weighted mean of the
+//! batch clients holding or renewing a lease) than [`LEAD_KEPT`] of the whole GPU at the
+//! running clients' total weight, or two leases at the smallest weight among them, whichever
+//! is more (the edge). The lead beyond is forgiven.
 //!
 //! A client gets ahead by running beside the others' leases (backfill, overlap by demand),
-//! charged a part of each; once it needs the GPU alone it waited in line until the others had
+//! charged a part of each; once it needed the GPU alone it waited in line until the others had
 //! caught up all of it: on an H200, a launch-bound training loop known as light ran beside the
-//! others at 0.77 of the GPU for 20 s where it was due 0.29, then got nothing for 14 s. The
-//! decay bounds that wait to about [`LEAD_KEPT`] and a few time constants, whatever the lead.
+//! others at 0.77 of the GPU for 20 s where it was due 0.29, then got nothing for 14 s. With the
+//! bound it waits about [`LEAD_KEPT`] at most, whatever its lead.
 //!
-//! The edge is the same span of virtual time past the mean for every client (at least two
-//! leases' worth at the smallest weight active, so that no client's own leases are forgiven in
-//! part). The active clients past it move back together, by the same span: the lead of the
-//! nearest of them beyond the edge decays, and the others keep their distances to it. So the
-//! decay keeps the clients' order and their differences in virtual time, and clients held ahead
-//! of one that stays behind (its limit, or a loop that cannot use its share) still divide what
-//! it leaves by their requests. A bound that held each lead at a cap pinned such clients to one
-//! virtual time each, and they divided the rest equally; one decayed client by client forgave
-//! most the one of the largest steps, a light client. Clients within the edge, as saturating
-//! clients sharing by request always are, are not moved at all. A client away decays on its
-//! own, for when it comes back.
-
-use std::collections::BTreeSet;
+//! The clients in line past the edge move back together, by the span that brings the nearest
+//! of them to it, and keep their distances to each other: their order and the division of
+//! what others leave them by request are kept. (A cap of each client's own over the mean
+//! pinned clients ahead of one held at its limit to one virtual time, and they divided the rest
+//! equally.) Nothing moves while it holds a lease, so a client that keeps running beside others
+//! is charged all of it as before, and saturating clients sharing by request, never a lease
+//! apart, are not moved at all. The clients counted are those the GPU can serve: one held at
+//! its limit, out of credit, would drag the mean down for good. A client back from away is in line
+//! like any other.
 
 use super::{ClientId, Nanos, Scheduler};
 
-/// How much time of the whole GPU a lead is worth that is kept whole: a client ahead of the
-/// active batch clients' mean by this much (in virtual time at their total weight) waits about
-/// this long for the others before it is first in line.
+/// How much time of the whole GPU a lead in line is worth at most: a client ahead of the
+/// clients served by this much (in virtual time at the running clients' total weight) waits
+/// about this long for them before it is first in line.
 pub const LEAD_KEPT: Nanos = 500_000_000;
-/// The time constant of the decay of a lead beyond [`LEAD_KEPT`]'s worth.
-pub const LEAD_DECAY: Nanos = 500_000_000;
 
 impl Scheduler {
-    /// Lets the leads in virtual time of the batch clients decay from the last call to `now`
+    /// Forgives the batch clients in line their leads in virtual time past the edge at `now`
     /// ([`lead`](self)).
-    pub(super) fn decay_leads(&mut self, now: Nanos) {
-        let dt = now.saturating_sub(self.leads_at);
-        self.leads_at = self.leads_at.max(now);
-        if dt == 0 {
-            return;
-        }
+    pub(super) fn bound_leads(&mut self, now: Nanos) {
         let renewing: Vec<ClientId> = self.renewing(now).into_iter().map(|r| r.0).collect();
-        let active: BTreeSet<ClientId> = self
-            .clients
-            .iter()
-            .filter(|(&id, c)| {
-                !c.shares.interactive
-                    && (!c.waiting.is_empty() || self.holds(id) || renewing.contains(&id))
-            })
-            .map(|(&id, _)| id)
-            .collect();
-        let (sum, weights, least) = active.iter().filter_map(|id| self.clients.get(id)).fold(
-            (0.0, 0.0, f64::INFINITY),
-            |(s, w, least), c| {
-                (
-                    s + c.vtime * c.weight(),
-                    w + c.weight(),
-                    least.min(c.weight()),
-                )
-            },
-        );
+        let quantum = self.quantum_credit();
+        // the batch clients in the running: holding, renewing, or waiting with credit left (one
+        // held at its limit stays behind for good and would drag the mean down)
+        let mut running: Vec<ClientId> = vec![];
+        // of those, the ones in line alone: waiting, neither holding nor renewing
+        let mut in_line: Vec<ClientId> = vec![];
+        for (&id, c) in &self.clients {
+            if c.shares.interactive {
+                continue;
+            }
+            let holds = self.holds(id) || renewing.contains(&id);
+            let waits = !c.waiting.is_empty() && c.available(now, quantum, self.pending(id)) > 0.0;
+            if holds || waits {
+                running.push(id);
+            }
+            if waits && !holds {
+                in_line.push(id);
+            }
+        }
+        // the virtual time of the GPU now: the weighted mean of the batch clients it serves
+        let serving = running.iter().filter(|id| !in_line.contains(id));
+        let (sum, weights) = serving
+            .filter_map(|id| self.clients.get(id))
+            .fold((0.0, 0.0), |(s, w), c| {
+                (s + c.vtime * c.weight(), w + c.weight())
+            });
         if weights <= 0.0 {
             return;
         }
-        let lead = LEAD_KEPT as f64 / weights;
+        let (all, least) = running
+            .iter()
+            .filter_map(|id| self.clients.get(id))
+            .fold((0.0, f64::INFINITY), |(w, least), c| {
+                (w + c.weight(), least.min(c.weight()))
+            });
+        let lead = LEAD_KEPT as f64 / all;
         let edge = sum / weights + lead.max(2.0 * self.quantum as f64 / least);
-        let kept = (-(dt as f64) / LEAD_DECAY as f64).exp();
-        // the active clients past the edge all move back by the same span: the nearest one's
-        // lead beyond the edge decays, and the others keep their distances to it
-        let nearest = active
+        // the clients in line past the edge all move back by the same span, the nearest one to
+        // the edge, and keep their distances to each other
+        let nearest = in_line
             .iter()
             .filter_map(|id| self.clients.get(id))
             .map(|c| c.vtime)
             .filter(|&v| v > edge)
             .fold(f64::INFINITY, f64::min);
-        let shift = if nearest.is_finite() {
-            (nearest - edge) * (1.0 - kept)
-        } else {
-            0.0
-        };
-        for (id, c) in self.clients.iter_mut() {
-            if c.shares.interactive || c.vtime <= edge {
-                continue;
-            }
-            if active.contains(id) {
-                c.vtime -= shift;
-            } else {
-                // away: its own lead decays, for when it comes back
-                c.vtime = edge + (c.vtime - edge) * kept;
+        if !nearest.is_finite() {
+            return;
+        }
+        for id in in_line {
+            if let Some(c) = self.clients.get_mut(&id) {
+                if c.vtime > edge {
+                    c.vtime -= nearest - edge;
+                }
             }
         }
     }

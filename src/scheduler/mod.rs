@@ -345,8 +345,6 @@ pub struct Scheduler {
     trials: Trials,
     /// Virtual clock: never behind the smallest virtual time of an active client.
     vclock: f64,
-    /// When the batch clients' leads in virtual time last decayed ([`lead`]).
-    leads_at: Nanos,
     /// How long a client's unused request is kept as burst credit ([`guarantee`]).
     burst_window: Nanos,
     /// The client of each session that asked for the token and has not gone.
@@ -377,7 +375,6 @@ impl Scheduler {
             interactive_at: None,
             trials: Trials::default(),
             vclock: 0.0,
-            leads_at: now,
             burst_window: guarantee::WINDOW,
             present: BTreeMap::new(),
             started: now,
@@ -1151,7 +1148,7 @@ impl Scheduler {
     /// returns `None`, then send [`Scheduler::take_revoked`] and [`Scheduler::take_joined`].
     pub fn poll(&mut self, now: Nanos) -> Option<Grant> {
         self.settle(now);
-        self.decay_leads(now);
+        self.bound_leads(now);
         if self.demand_gated {
             // Trials run where heavy processes may overlap whatever their demands: every
             // process weighs the same, or nearly. Where weights differ more, heavy processes
