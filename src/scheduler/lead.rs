@@ -1,8 +1,9 @@
-//! A batch client's lead in line is bounded, as lag is in EEVDF: no client that waits for the
-//! GPU is further ahead in virtual time of the clients it serves now (the weighted mean of the
-//! batch clients holding or renewing a lease) than [`LEAD_KEPT`] of the whole GPU at the
-//! running clients' total weight, or two leases at the smallest weight among them, whichever
-//! is more (the edge). The lead beyond is forgiven.
+//! A batch client's lead in line is bounded, as lag is in EEVDF: the nearest in virtual time of
+//! the clients that wait for the GPU is never further ahead of the clients it serves now (the
+//! weighted mean of the batch clients holding or renewing a lease) than [`LEAD_KEPT`] of the
+//! whole GPU at the running clients' total weight, or two leases at the smallest weight among
+//! them, whichever is more (the edge). The lead beyond is forgiven, and every other client in
+//! line moves back with it by the same span.
 //!
 //! A client gets ahead by running beside the others' leases (backfill, overlap by demand),
 //! charged a part of each; once it needed the GPU alone it waited in line until the others had
@@ -10,15 +11,15 @@
 //! others at 0.77 of the GPU for 20 s where it was due 0.29, then got nothing for 14 s. With the
 //! bound it waits about [`LEAD_KEPT`] at most, whatever its lead.
 //!
-//! The clients in line past the edge move back together, by the span that brings the nearest
-//! of them to it, and keep their distances to each other: their order and the division of
-//! what others leave them by request are kept. (A cap of each client's own over the mean
-//! pinned clients ahead of one held at its limit to one virtual time, and they divided the rest
-//! equally.) Nothing moves while it holds a lease, so a client that keeps running beside others
-//! is charged all of it as before, and saturating clients sharing by request, never a lease
-//! apart, are not moved at all. The clients counted are those the GPU can serve: one held at
-//! its limit, out of credit, would drag the mean down for good. A client back from away is in line
-//! like any other.
+//! The clients in line keep their distances to each other: their order and the division of
+//! what others leave them by request stand, and one that ran further ahead stays behind the
+//! others in line by as much. (A cap of each client's own over the mean pinned clients ahead of
+//! one held at its limit to one virtual time, and they divided the rest equally; a common cap
+//! made them take turns by client number.) Nothing moves while it holds a lease, so a client that
+//! keeps running beside others is charged all of it as before, and saturating clients sharing
+//! by request, never a lease apart, are not moved at all. A client waiting without credit (held
+//! at its limit) is neither moved nor counted: it would drag the mean down for good. A client
+//! back from away is in line like any other.
 
 use super::{ClientId, Nanos, Scheduler};
 
@@ -51,6 +52,9 @@ impl Scheduler {
                 in_line.push(id);
             }
         }
+        if in_line.is_empty() {
+            return;
+        }
         // the virtual time of the GPU now: the weighted mean of the batch clients it serves
         let serving = running.iter().filter(|id| !in_line.contains(id));
         let (sum, weights) = serving
@@ -69,22 +73,19 @@ impl Scheduler {
             });
         let lead = LEAD_KEPT as f64 / all;
         let edge = sum / weights + lead.max(2.0 * self.quantum as f64 / least);
-        // the clients in line past the edge all move back by the same span, the nearest one to
-        // the edge, and keep their distances to each other
+        // the nearest client in line is brought back to the edge, and every other one in line
+        // moves back by the same span, keeping its distance to it
         let nearest = in_line
             .iter()
             .filter_map(|id| self.clients.get(id))
             .map(|c| c.vtime)
-            .filter(|&v| v > edge)
             .fold(f64::INFINITY, f64::min);
-        if !nearest.is_finite() {
+        if !(nearest > edge && nearest.is_finite()) {
             return;
         }
         for id in in_line {
             if let Some(c) = self.clients.get_mut(&id) {
-                if c.vtime > edge {
-                    c.vtime -= nearest - edge;
-                }
+                c.vtime -= nearest - edge;
             }
         }
     }

@@ -757,6 +757,41 @@ fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_kept_lead() 
     );
 }
 
+/// The nearest client in line is brought back to the edge past the clients served
+/// ([`lead`](super::lead)), and one further ahead in line keeps its distance to it, poll after
+/// poll (a common cap brought both to the edge at the next poll).
+#[test]
+fn clients_in_line_keep_their_distances_when_brought_back() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    for id in 1..=3 {
+        s.set_client(id, shares(0.3, 1.0), 0);
+    }
+    s.acquire(1, 10, 0);
+    assert_eq!(s.poll(0).map(|g| g.client), Some(1));
+    s.acquire(2, 20, 0);
+    s.acquire(3, 30, 0);
+    let ahead = 10.0 * S as f64;
+    s.clients.get_mut(&2).unwrap().vtime = ahead;
+    s.clients.get_mut(&3).unwrap().vtime = 2.0 * ahead;
+    let vtime = |s: &Scheduler, id| s.clients[&id].vtime;
+    for t in [MS, 2 * MS, 3 * MS] {
+        assert_eq!(s.poll(t), None, "client 1 holds its lease");
+        // 0.5 s of the GPU at the total weight 0.9 past client 1
+        assert_near(
+            vtime(&s, 2) / S as f64,
+            0.5 / 0.9,
+            0.01,
+            "client 2 at the edge",
+        );
+        assert_near(
+            (vtime(&s, 3) - vtime(&s, 2)) / ahead,
+            1.0,
+            1e-9,
+            "client 3's distance",
+        );
+    }
+}
+
 /// Clients ahead of one that stays behind them in virtual time (held at its limit: request 0.3,
 /// limit 0.05) still divide what it leaves by their requests (0.2 / 0.4) under the bound on
 /// their leads ([`lead`](super::lead)). A bound that held each lead at a cap of its own over
