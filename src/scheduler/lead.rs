@@ -33,46 +33,37 @@ impl Scheduler {
     /// ([`lead`](self)).
     pub(super) fn bound_leads(&mut self, now: Nanos) {
         let renewing: Vec<ClientId> = self.renewing(now).into_iter().map(|r| r.0).collect();
-        let quantum = self.quantum_credit();
-        // the batch clients in the running: holding, renewing, or waiting with credit left (one
-        // held at its limit stays behind for good and would drag the mean down)
-        let mut running: Vec<ClientId> = vec![];
-        // of those, the ones in line alone: waiting, neither holding nor renewing
-        let mut in_line: Vec<ClientId> = vec![];
-        for (&id, c) in &self.clients {
-            if c.shares.interactive {
-                continue;
-            }
-            let holds = self.holds(id) || renewing.contains(&id);
-            let waits = !c.waiting.is_empty() && c.available(now, quantum, self.pending(id)) > 0.0;
-            if holds || waits {
-                running.push(id);
-            }
-            if waits && !holds {
-                in_line.push(id);
-            }
-        }
+        let quantum = self.quantum as f64;
+        // the batch clients in the running, and whether each is in line alone: holding or
+        // renewing a lease (served), or waiting with credit left (in line; one held at its limit
+        // stays behind for good and would drag the mean down)
+        let running: Vec<(ClientId, bool)> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| !c.shares.interactive)
+            .filter_map(|(&id, c)| {
+                let holds = self.holds(id) || renewing.contains(&id);
+                let waits =
+                    !c.waiting.is_empty() && c.available(now, quantum, self.pending(id)) > 0.0;
+                (holds || waits).then_some((id, !holds))
+            })
+            .collect();
+        let in_line: Vec<ClientId> = running.iter().filter(|r| r.1).map(|r| r.0).collect();
         if in_line.is_empty() {
             return;
         }
         // the virtual time of the GPU now: the weighted mean of the batch clients it serves
-        let serving = running.iter().filter(|id| !in_line.contains(id));
-        let (sum, weights) = serving
-            .filter_map(|id| self.clients.get(id))
-            .fold((0.0, 0.0), |(s, w), c| {
-                (s + c.vtime * c.weight(), w + c.weight())
-            });
-        if weights <= 0.0 {
+        let served = running.iter().filter(|r| !r.1).map(|r| &r.0);
+        let Some(mean) = self.mean_vtime(served) else {
             return;
-        }
+        };
         let (all, least) = running
             .iter()
-            .filter_map(|id| self.clients.get(id))
+            .filter_map(|(id, _)| self.clients.get(id))
             .fold((0.0, f64::INFINITY), |(w, least), c| {
                 (w + c.weight(), least.min(c.weight()))
             });
-        let lead = LEAD_KEPT as f64 / all;
-        let edge = sum / weights + lead.max(2.0 * self.quantum as f64 / least);
+        let edge = mean + (LEAD_KEPT as f64 / all).max(2.0 * quantum / least);
         // the nearest client in line is brought back to the edge, and every other one in line
         // moves back by the same span, keeping its distance to it
         let nearest = in_line
@@ -80,7 +71,7 @@ impl Scheduler {
             .filter_map(|id| self.clients.get(id))
             .map(|c| c.vtime)
             .fold(f64::INFINITY, f64::min);
-        if !(nearest > edge && nearest.is_finite()) {
+        if nearest <= edge {
             return;
         }
         for id in in_line {

@@ -504,6 +504,16 @@ impl Scheduler {
         self.holders.iter().any(|h| h.client == client)
     }
 
+    /// The mean virtual time of `clients`, weighted by their weights; `None` for none.
+    fn mean_vtime<'a>(&self, clients: impl Iterator<Item = &'a ClientId>) -> Option<f64> {
+        let (sum, weights) = clients
+            .filter_map(|id| self.clients.get(id))
+            .fold((0.0, 0.0), |(s, w), c| {
+                (s + c.vtime * c.weight(), w + c.weight())
+            });
+        (weights > 0.0).then(|| sum / weights)
+    }
+
     /// Whether batch client `id` is owed at `now` ([`guarantee`]): it left half its bucket or
     /// more of its request unused lately.
     fn owed(&self, id: ClientId, now: Nanos) -> bool {
@@ -1232,18 +1242,10 @@ impl Scheduler {
                 .map(|h| h.client)
                 .chain(line.iter().map(|&(_, id)| id))
                 .collect();
-            let (sum, weights) = batch
+            let batch = batch
                 .iter()
-                .filter_map(|id| self.clients.get(id))
-                .filter(|c| !c.shares.interactive)
-                .fold((0.0, 0.0), |(s, w), c| {
-                    (s + c.vtime * c.weight(), w + c.weight())
-                });
-            if weights > 0.0 {
-                sum / weights
-            } else {
-                f64::INFINITY
-            }
+                .filter(|id| self.clients.get(id).is_some_and(|c| !c.shares.interactive));
+            self.mean_vtime(batch).unwrap_or(f64::INFINITY)
         };
         for (vtime, id) in interactive {
             let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
