@@ -698,24 +698,27 @@ fn saturating_processes_hold_leases_alone_and_keep_their_shares() {
     assert_near(held[&2], 0.25, 0.01, "client 2");
 }
 
-/// A client whose light process ran beside two saturating ones for 20 s (overlapping, charged a
-/// part of each lease) and then turned heavy waits in line for about its kept lead at most
-/// ([`lead`](super::lead)), not until the others caught up all it ran ahead: requests 0.5 / 0.3
-/// / 0.2, its longest wait for a lease in the 5 s after it turned heavy was 0.5 s (2.0 s with
-/// its whole lead kept).
-#[test]
-fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_kept_lead() {
+/// Clients 1 (request 0.5) and 2 (0.3) saturating, beside client 3 (0.2) whose process is busy
+/// 10% of its leases for 20 s and then saturating, and `others`' saturating processes: client
+/// 3's longest wait for a lease in the 5 s after it turned heavy (ms), and its part of the
+/// leases held then.
+fn ran_ahead_then_heavy(others: &[(ClientId, Shares)]) -> (Nanos, f64) {
     let mut s = gated(20 * MS);
     s.set_client(1, shares(0.5, 1.0), 0);
     s.set_client(2, shares(0.3, 1.0), 0);
     s.set_client(3, shares(0.2, 1.0), 0);
+    let mut sessions = vec![(1, 10), (2, 20), (3, 30)];
+    for &(c, sh) in others {
+        s.set_client(c, sh, 0);
+        sessions.push((c, c * 10));
+    }
     let turned = 20 * S;
     let busy = |sid: SessionId, t: Nanos| match sid {
         30 if t < turned => 0.1,
         _ => 1.0,
     };
     let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
-    for (c, sid) in [(1, 10), (2, 20), (3, 30)] {
+    for &(c, sid) in &sessions {
         s.acquire(c, sid, 0);
     }
     let (mut last_end, mut longest, mut t) = (turned, 0, 0);
@@ -743,53 +746,54 @@ fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_kept_lead() 
         }
         t += MS;
     }
-    let waited_ms = longest / MS;
+    let total: Nanos = held.values().sum();
+    let third = held.get(&3).copied().unwrap_or(0) as f64 / total as f64;
+    (longest / MS, third)
+}
+
+/// A client whose light process ran beside two saturating ones for 20 s (overlapping, charged a
+/// part of each lease) and then turned heavy waits in line for about its kept lead at most
+/// ([`lead`](super::lead)), not until the others caught up all it ran ahead: requests 0.5 / 0.3
+/// / 0.2, its longest wait for a lease in the 5 s after it turned heavy was 0.5 s (2.0 s with
+/// its whole lead kept).
+#[test]
+fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_kept_lead() {
+    let (waited_ms, third) = ran_ahead_then_heavy(&[]);
     assert!(
         waited_ms < 1000,
         "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
     );
     // and once level with the others, it is held to its request again
-    let total: Nanos = held.values().sum();
-    let third = held.get(&3).copied().unwrap_or(0) as f64 / total as f64;
     assert!(
         third < 0.25,
         "client 3 held {third:.3} of the leases after turning heavy"
     );
 }
 
-/// The nearest client in line is brought back to the edge past the clients served
-/// ([`lead`](super::lead)), and one further ahead in line keeps its distance to it, poll after
-/// poll (a common cap brought both to the edge at the next poll).
+/// The same beside a client held at its limit (request 0.3, limit 0.02), whose virtual time
+/// stays behind: 0.5 s (2.2 s where only the nearest client in line was brought back, and a
+/// client of the two saturating ones waited in line before client 3 all the while).
 #[test]
-fn clients_in_line_keep_their_distances_when_brought_back() {
-    let mut s = Scheduler::new(20 * MS, 0);
-    for id in 1..=3 {
-        s.set_client(id, shares(0.3, 1.0), 0);
-    }
-    s.acquire(1, 10, 0);
-    assert_eq!(s.poll(0).map(|g| g.client), Some(1));
-    s.acquire(2, 20, 0);
-    s.acquire(3, 30, 0);
-    let ahead = 10.0 * S as f64;
-    s.clients.get_mut(&2).unwrap().vtime = ahead;
-    s.clients.get_mut(&3).unwrap().vtime = 2.0 * ahead;
-    let vtime = |s: &Scheduler, id| s.clients[&id].vtime;
-    for t in [MS, 2 * MS, 3 * MS] {
-        assert_eq!(s.poll(t), None, "client 1 holds its lease");
-        // 0.5 s of the GPU at the total weight 0.9 past client 1
-        assert_near(
-            vtime(&s, 2) / S as f64,
-            0.5 / 0.9,
-            0.01,
-            "client 2 at the edge",
-        );
-        assert_near(
-            (vtime(&s, 3) - vtime(&s, 2)) / ahead,
-            1.0,
-            1e-9,
-            "client 3's distance",
-        );
-    }
+fn a_client_that_ran_ahead_beside_one_held_at_its_limit_waits_no_more_than_its_kept_lead() {
+    let (waited_ms, third) = ran_ahead_then_heavy(&[(4, shares(0.3, 0.02))]);
+    assert!(
+        waited_ms < 1000,
+        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
+    );
+    assert!(third < 0.25, "client 3 held {third:.3}");
+}
+
+/// The same beside a saturating client of request 0 (the least weight): the kept lead is not
+/// widened for all by its small weight (two of its leases at its weight, 4 virtual seconds,
+/// as everyone's edge kept client 3 waiting 1.9 s).
+#[test]
+fn a_client_that_ran_ahead_beside_one_of_request_zero_waits_no_more_than_its_kept_lead() {
+    let (waited_ms, third) = ran_ahead_then_heavy(&[(4, shares(0.0, 1.0))]);
+    assert!(
+        waited_ms < 1000,
+        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
+    );
+    assert!(third < 0.25, "client 3 held {third:.3}");
 }
 
 /// Clients ahead of one that stays behind them in virtual time (held at its limit: request 0.3,
