@@ -12,8 +12,8 @@
 //! At its lease's end a holder asks for another at once ([`Scheduler::extend`]), and gets it
 //! when it would be granted the next lease anyway: it keeps its queue, which a hand-over drains.
 //!
-//! A client that waits for the GPU is never far ahead in virtual time of the clients it serves
-//! now: a lead it built running beside their leases is forgiven past a bound ([`lead`]).
+//! A client that waits for the GPU is never far ahead in virtual time of the other running
+//! clients: a lead it built running beside their leases is forgiven past a bound ([`lead`]).
 //!
 //! *Burst credit* ([`guarantee`]): a client that left half a second's worth of its request
 //! unused lately is *owed*; it goes ahead of clients that are not, and ends their leases when it

@@ -751,6 +751,20 @@ fn ran_ahead_then_heavy(others: &[(ClientId, Shares)]) -> (Nanos, f64) {
     (longest / MS, third)
 }
 
+/// Client 3 of [`ran_ahead_then_heavy`] beside `others` waits for a lease less than a second
+/// after turning heavy, and once level with the others is held to its request again.
+fn waits_no_more_than_its_kept_lead(others: &[(ClientId, Shares)]) {
+    let (waited_ms, third) = ran_ahead_then_heavy(others);
+    assert!(
+        waited_ms < 1000,
+        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
+    );
+    assert!(
+        third < 0.25,
+        "client 3 held {third:.3} of the leases after turning heavy"
+    );
+}
+
 /// A client whose light process ran beside two saturating ones for 20 s (overlapping, charged a
 /// part of each lease) and then turned heavy waits in line for about its kept lead at most
 /// ([`lead`](super::lead)), not until the others caught up all it ran ahead: requests 0.5 / 0.3
@@ -758,16 +772,7 @@ fn ran_ahead_then_heavy(others: &[(ClientId, Shares)]) -> (Nanos, f64) {
 /// its whole lead kept).
 #[test]
 fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_kept_lead() {
-    let (waited_ms, third) = ran_ahead_then_heavy(&[]);
-    assert!(
-        waited_ms < 1000,
-        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
-    );
-    // and once level with the others, it is held to its request again
-    assert!(
-        third < 0.25,
-        "client 3 held {third:.3} of the leases after turning heavy"
-    );
+    waits_no_more_than_its_kept_lead(&[]);
 }
 
 /// The same beside a client held at its limit (request 0.3, limit 0.02), whose virtual time
@@ -775,12 +780,7 @@ fn a_client_that_ran_ahead_beside_the_others_waits_no_more_than_its_kept_lead() 
 /// client of the two saturating ones waited in line before client 3 all the while).
 #[test]
 fn a_client_that_ran_ahead_beside_one_held_at_its_limit_waits_no_more_than_its_kept_lead() {
-    let (waited_ms, third) = ran_ahead_then_heavy(&[(4, shares(0.3, 0.02))]);
-    assert!(
-        waited_ms < 1000,
-        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
-    );
-    assert!(third < 0.25, "client 3 held {third:.3}");
+    waits_no_more_than_its_kept_lead(&[(4, shares(0.3, 0.02))]);
 }
 
 /// The same beside a saturating client of request 0 (the least weight): the kept lead is not
@@ -788,19 +788,14 @@ fn a_client_that_ran_ahead_beside_one_held_at_its_limit_waits_no_more_than_its_k
 /// as everyone's edge kept client 3 waiting 1.9 s).
 #[test]
 fn a_client_that_ran_ahead_beside_one_of_request_zero_waits_no_more_than_its_kept_lead() {
-    let (waited_ms, third) = ran_ahead_then_heavy(&[(4, shares(0.0, 1.0))]);
-    assert!(
-        waited_ms < 1000,
-        "client 3 waited up to {waited_ms} ms for a lease after turning heavy"
-    );
-    assert!(third < 0.25, "client 3 held {third:.3}");
+    waits_no_more_than_its_kept_lead(&[(4, shares(0.0, 1.0))]);
 }
 
 /// Clients ahead of one that stays behind them in virtual time (held at its limit: request 0.3,
 /// limit 0.05) still divide what it leaves by their requests (0.2 / 0.4) under the bound on
-/// their leads ([`lead`](super::lead)). A bound that held each lead at a cap of its own over
-/// the clients' mean pinned the two to one virtual time, and they divided the rest equally
-/// (0.50 of the two each).
+/// their leads ([`lead`](super::lead)). A cap of each lead over a mean that counted the limited
+/// client, behind for good, pinned the two to one virtual time, and they divided the rest
+/// equally (0.50 of the two each).
 #[test]
 fn clients_ahead_of_one_held_behind_divide_the_rest_by_request() {
     let mut s = gated(20 * MS);
