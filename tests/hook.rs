@@ -1621,39 +1621,42 @@ fn requests_set_the_share_of_gpu_time() {
         return;
     };
     let d = one_lease_daemon("[clients.big]\nrequest = 0.8\nusers = [\"{uid}\"]\n[clients.small]\nrequest = 0.2\nusers = [\"{uid}\"]\n").start();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("kernels.log");
-    let spawn = |client: &str| {
-        Run::new(Via::Dlsym)
-            .daemon(&d)
-            .log(&log)
-            .client(client)
-            .command(&["launch:1500:1000000"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut big = spawn("big");
-    let mut small = spawn("small");
-    let (pb, ps) = (big.id(), small.id());
-    assert!(big.wait().unwrap().success() && small.wait().unwrap().success());
-    let k = kernels(&log);
-    let (busy, from, to) = busy_together(&k, &[pb, ps]);
-    let (b, s) = (busy[0] as f64, busy[1] as f64);
-    let share = b / (b + s);
-    eprintln!(
-        "big {b} ns, small {s} ns over {} ms: big's share {share:.3}",
-        (to - from) / 1_000_000
-    );
-    assert!(
-        to - from > 500_000_000,
-        "both ran together only {} ms",
-        (to - from) / 1_000_000
-    );
-    assert!(
-        (share - 0.8).abs() <= 0.08,
-        "big's share of GPU time is {share:.3}, want 0.8"
-    );
+    measured("requests of 0.8 and 0.2", || {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kernels.log");
+        let spawn = |client: &str| {
+            Run::new(Via::Dlsym)
+                .daemon(&d)
+                .log(&log)
+                .client(client)
+                .command(&["launch:1500:1000000"])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let mut big = spawn("big");
+        let mut small = spawn("small");
+        let (pb, ps) = (big.id(), small.id());
+        assert!(big.wait().unwrap().success() && small.wait().unwrap().success());
+        let k = kernels(&log);
+        let (busy, from, to) = busy_together(&k, &[pb, ps]);
+        let (b, s) = (busy[0] as f64, busy[1] as f64);
+        let share = b / (b + s);
+        eprintln!(
+            "big {b} ns, small {s} ns over {} ms: big's share {share:.3}",
+            (to - from) / 1_000_000
+        );
+        if to - from <= 500_000_000 {
+            return Err(format!(
+                "both ran together only {} ms",
+                (to - from) / 1_000_000
+            ));
+        }
+        if (share - 0.8).abs() > 0.08 {
+            return Err(format!("big's share of GPU time is {share:.3}, want 0.8"));
+        }
+        Ok(())
+    });
 }
 
 /// An oversubscribing client gets managed memory for cuMemAlloc (more than the device holds),
@@ -1741,10 +1744,25 @@ users = ["{uid}"]
         .lines()
         .filter(|l| l.contains("cuMemPrefetchAsync_v2"))
         .collect();
-    let out = moves.iter().filter(|l| l.ends_with("to host")).count();
+    // A hand-over is a run of moves to the host; the last one may be cut short by the
+    // process's exit (the lease thread gives the last lease back while the program ends).
+    let mut hand_overs: Vec<usize> = vec![];
+    for (i, l) in moves.iter().enumerate() {
+        if l.ends_with("to host") {
+            if i > 0 && moves[i - 1].ends_with("to host") {
+                *hand_overs.last_mut().unwrap() += 1;
+            } else {
+                hand_overs.push(1);
+            }
+        }
+    }
+    let (last, whole) = hand_overs.split_last().expect("no hand-over");
+    assert!(
+        !whole.is_empty() && whole.iter().all(|&n| n == 2) && (1..=2).contains(last),
+        "both allocations out at each hand-over: {moves:#?}"
+    );
     let back: Vec<&&str> = moves.iter().filter(|l| l.ends_with("to device")).collect();
-    assert!(out >= 4 && out % 2 == 0, "{moves:#?}");
-    assert!(!back.is_empty() && back.len() >= out / 2 - 1, "{moves:#?}");
+    assert!(back.len() >= whole.len(), "{moves:#?}");
     assert!(
         back.iter()
             .all(|l| l.contains(&format!(" {gib} to device"))),
@@ -2190,7 +2208,7 @@ fn a_process_with_an_empty_queue_checks_it_every_few_launches() {
 /// kept 0.957 and 0.977 of its rate, with checks up to 32 launches apart 1.003 and 0.976.
 #[test]
 fn a_process_that_synchronizes_every_few_short_kernels_checks_its_queue_rarely() {
-    checks_alone_at_most("run:400:20000:16:0", 8000, 16);
+    checks_alone_at_most("run:400:20000:16:0", 4000, 16);
 }
 
 /// A process alone that keeps launching has its leases extended by its lease thread a quarter

@@ -188,7 +188,7 @@ fn renew_lease(here: Device, stream: Stream) {
     }
     // The queries and synchronizes of the lease's end, beside a capture of another thread.
     let _relaxed = relaxed_capture();
-    pauses::ended(lane, pacing::idle_for(lane).unwrap_or(0));
+    pauses::ended(lane, pacing::idle_for(lane).unwrap_or(0), now_ns());
     // Another GPU whose ordinal shares the lane: its lease ends first.
     let switching = lease.holding && lease.device.ordinal != here.ordinal;
     if lease.holding && !switching && REVOKED_AT[lane].load(Acquire) == 0 {
@@ -238,7 +238,7 @@ fn renew_lease(here: Device, stream: Stream) {
             stats::GRANTS.add(1);
             lease.device = here;
             lease.grant(now_ns(), lease_ns);
-            pauses::granted(lane, contended_idle(lease_ns));
+            pauses::granted(lane, contended_idle(lease_ns), lease.granted_at);
             lease.context = current_context();
             publish(lane, &lease, lease_ns);
             residency::regained();
@@ -356,7 +356,7 @@ fn watch(lane: Lane) {
         pacing::sample(lane, || sample_stream(lane, &seen));
         // one look at the queue for every decision below
         let idle = pacing::idle_for(lane);
-        pauses::sampled(lane, idle);
+        pauses::sampled(lane, idle, now_ns());
         if extension_due(lane, &seen, idle) {
             extend_early(lane, &seen);
             continue;

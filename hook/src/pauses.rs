@@ -31,35 +31,50 @@ static PEAK: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 /// A pause at least this long is long: the idle time after which the last lease, contended,
 /// went back anyway.
 static LONG_AFTER: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(u64::MAX) }; MAX]);
+/// When the process last got the token after asking for it (`now_ns`).
+static GRANTED_AT: PerLane<AtomicU64> = PerLane([const { AtomicU64::new(0) }; MAX]);
 
-/// A lease of `lane` was granted whose contended idle limit is `long_after_ns`.
-pub fn granted(lane: Lane, long_after_ns: u64) {
+/// A lease of `lane` was granted at `now` (after the process asked for it at a launch) whose
+/// contended idle limit is `long_after_ns`. The process was launching, not pausing: the time it
+/// waited for the token is no pause of its own.
+pub fn granted(lane: Lane, long_after_ns: u64, now: u64) {
     LONG_AFTER[lane].store(long_after_ns, Relaxed);
+    GRANTED_AT[lane].store(now, Relaxed);
+    PEAK[lane].store(0, Relaxed);
 }
 
-/// The lease thread's sample of how long the process has been idle on the GPU of `lane` (`None`: it has work on the
-/// GPU): a pause that ends while the lease is held is counted here.
-pub fn sampled(lane: Lane, idle_ns: Option<u64>) {
-    let t = idle_ns.unwrap_or(0);
+/// The lease thread's sample at `now` of how long the process has been idle on the GPU of
+/// `lane` (`None`: it has work on the GPU): a pause that ends while the lease is held is counted
+/// here. Idle time from before the grant is the wait for the token (the process's last work
+/// before it is older), not a pause.
+pub fn sampled(lane: Lane, idle_ns: Option<u64>, now: u64) {
+    let since_grant = now.saturating_sub(GRANTED_AT[lane].load(Relaxed));
+    let t = idle_ns.unwrap_or(0).min(since_grant);
     let peak = PEAK[lane].load(Relaxed);
     if peak > 0 && t < peak {
-        ended(lane, 0); // it launched since
+        ended(lane, 0, now); // it launched since
     }
     if t >= PAUSE_NS {
         PEAK[lane].fetch_max(t, Relaxed);
     }
 }
 
-/// The process launches again on the GPU of `lane` after having been idle there `idle_ns` (at
-/// the gate, asking for a lease): the pause under way, if one, ends.
-pub fn ended(lane: Lane, idle_ns: u64) {
-    let pause = PEAK[lane].swap(0, Relaxed).max(idle_ns);
+/// The process launches again on the GPU of `lane` at `now` after having been idle there
+/// `idle_ns` (at the gate, asking for a lease): the pause under way, if one, ends. As in
+/// [`sampled`], none of it began before the last grant.
+pub fn ended(lane: Lane, idle_ns: u64, now: u64) {
+    let since_grant = now.saturating_sub(GRANTED_AT[lane].load(Relaxed));
+    let pause = PEAK[lane].swap(0, Relaxed).max(idle_ns.min(since_grant));
     let count = next_count(
         LONG[lane].load(Relaxed),
         pause,
         LONG_AFTER[lane].load(Relaxed),
     );
-    LONG[lane].store(count, Relaxed);
+    if count >= PAUSES_LEARNT && LONG[lane].swap(count, Relaxed) < PAUSES_LEARNT {
+        crate::stats::STAYS_AWAY.add(1);
+    } else {
+        LONG[lane].store(count, Relaxed);
+    }
 }
 
 /// Whether the process has shown on the GPU of `lane` that it stays away once it pauses.
@@ -102,5 +117,36 @@ mod tests {
             "back before the limit"
         );
         assert_eq!(next_count(0, 4_000_000, u64::MAX), 0, "no lease yet");
+    }
+
+    /// A saturating process that waits for the token after each lease is not taught that it
+    /// stays away: its last work before the wait is older than the grant, so the lease thread's
+    /// first samples of the new lease found it idle since then (tens of milliseconds beside
+    /// another process), and two such waits made every later contended lease go back half a
+    /// millisecond into any gap (one kernel per lease on a slow host). A real pause in the lease
+    /// still counts.
+    #[test]
+    fn the_wait_for_the_token_is_no_pause() {
+        let lane = Lane::of(MAX as i32 - 1);
+        let ms = 1_000_000;
+        let mut now = 100 * ms;
+        for _ in 0..3 {
+            // granted after a 40 ms wait; the first sample sees the work of before the wait
+            now += 40 * ms;
+            granted(lane, 2_500_000, now);
+            sampled(lane, Some(40 * ms), now + ms / 4);
+            sampled(lane, None, now + ms / 2);
+            ended(lane, 40 * ms, now + ms);
+            now += 20 * ms;
+        }
+        assert!(!stays_away(lane), "waits for the token taught a pause");
+        for _ in 0..2 {
+            granted(lane, 2_500_000, now);
+            // 4 ms of host work after a kernel, in the lease
+            sampled(lane, Some(3 * ms), now + 4 * ms);
+            sampled(lane, None, now + 5 * ms);
+            now += 10 * ms;
+        }
+        assert!(stays_away(lane), "two long pauses in leases");
     }
 }

@@ -74,6 +74,8 @@ pub static GPU_TIMED: Counter = Counter::new();
 pub static LEASE_NS: Counter = Counter::new();
 pub static PENDING_NS: Counter = Counter::new();
 pub static REPORTED_BUSY_NS: Counter = Counter::new();
+/// How often the process was taught that it stays away once it pauses ([`crate::pauses`]).
+pub static STAYS_AWAY: Counter = Counter::new();
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -93,7 +95,8 @@ pub fn line() -> String {
          timed ({} slow on the host), \
          {} lowered the time per launch learnt, {} seen done too late to learn from, now {} us \
          (at most {} us); {:.1} ms of leases, {:.1} ms pending, {:.1} ms busy reported ({} \
-         timings for it, {} waits for the GPU)",
+         timings for it, {} waits for the GPU); taught {} times to give contended leases back \
+         early in pauses",
         GRANTS.get(),
         EXTENSIONS.get(),
         EXTENDED_AHEAD.get(),
@@ -117,6 +120,7 @@ pub fn line() -> String {
         ms(&REPORTED_BUSY_NS),
         GPU_TIMED.get(),
         WAITS.get(),
+        STAYS_AWAY.get(),
     )
 }
 
