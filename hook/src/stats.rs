@@ -74,7 +74,7 @@ pub static GPU_TIMED: Counter = Counter::new();
 pub static LEASE_NS: Counter = Counter::new();
 pub static PENDING_NS: Counter = Counter::new();
 pub static REPORTED_BUSY_NS: Counter = Counter::new();
-/// How often the process was taught that it stays away once it pauses ([`crate::pauses`]).
+/// How often the process was taught that it stays away once it pauses.
 pub static STAYS_AWAY: Counter = Counter::new();
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
