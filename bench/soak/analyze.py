@@ -8,7 +8,10 @@ per client:
            busy fraction times the fraction of the window they were working; for a bursty job
            that writes its bursts, what it would have kept busy alone at the pace of its own
            pauses: per burst and the pause after it, the burst's time alone over that time plus
-           the pause, counted over the part of the window the two cover (Proc.bursting)
+           the pause, counted over the part of the window the two cover (Proc.bursting); a
+           process that wrote no progress at all (it never got to work) is counted working over
+           the part of the run its scenario gave it, so that a starved process is still due its
+           share (and got none of it)
   got      what it got, in solo-equivalent GPU time: the sum over its processes of the units they
            finished in the window times their solo GPU seconds per unit, over the window
   used     the daemon's own USED: the GPU time its work took in the window by the daemon's
@@ -115,7 +118,18 @@ class Proc:
         self.spec = (self.start or {}).get("spec")
         self.working = (self.points[0][0], self.points[-1][0]) if len(self.points) > 1 else None
 
+    @classmethod
+    def planned(cls, name, spec, start, end):
+        """A process that wrote no progress (it never got to work): working, with nothing done,
+        over the part of the run its scenario gave it, so that it is still due its share."""
+        p = cls.__new__(cls)
+        p.name, p.spec, p.start, p.end = name, spec, None, None
+        p.points, p.bursts, p.working = [], [], (start, end)
+        return p
+
     def units(self, a, b):
+        if not self.points:
+            return 0.0
         return interp(self.points, b) - interp(self.points, a)
 
     def alive(self, a, b):
@@ -192,9 +206,11 @@ def analyze_seed(d, solo, a):
     missing = sorted({spec_of[n] for n in procs if spec_of.get(n) not in solo})
     if missing:
         out["errors"].append("no solo measurement of %s: their processes are left out" % ", ".join(missing))
+    planned = {p["name"]: (t0 + p["start"], t0 + p["end"]) for c in scenario["clients"] for p in c["procs"]}
     for n in spec_of:
         if n not in procs or not procs[n].working:
             out["errors"].append(f"process {n} ({spec_of[n]}) did no work under gpushare")
+            procs[n] = Proc.planned(n, spec_of[n], *planned[n])
 
     # share changes (in force from the signal, where the daemon took them) and the other changes
     changes = read_jsonl(os.path.join(d, "changes.jsonl"))
