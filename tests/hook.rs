@@ -2488,17 +2488,21 @@ fn processes_on_different_gpus_do_not_wait_for_each_other() {
         let (busy, from, to) = busy_together(&k, &pids);
         let span = (to - from) as f64;
         let (big, small) = (busy[0] as f64 / span, busy[1] as f64 / span);
+        let both = overlap_ns(&k) as f64 / span;
         eprintln!(
-            "two GPUs: big {big:.3}, small {small:.3} busy, {} ms together",
+            "two GPUs: big {big:.3}, small {small:.3} busy, both at once {both:.3} of {} ms",
             (to - from) / 1_000_000
         );
         if to - from <= 1_200_000_000 {
             return Err(format!("ran together {} ms", (to - from) / 1_000_000));
         }
-        // Alone, such a job keeps its GPU about 0.97 busy (it synchronizes every 4 kernels).
-        if big < 0.9 || small < 0.9 {
+        // Alone, such a job keeps its GPU about 0.97 busy (it synchronizes every 4 kernels),
+        // and the two ran at once most of the time; one token for both GPUs would give them
+        // about 0.75 and 0.25, one after the other. The fake's kernels run on the host: with a
+        // fifth of each CPU taken by others, each kept its GPU 0.83-0.92 busy.
+        if both < 0.6 {
             return Err(format!(
-                "big kept its GPU {big:.3} busy, small {small:.3}: they waited for each other"
+                "big kept its GPU {big:.3} busy, small {small:.3}, both at once {both:.3} of the time: they waited for each other"
             ));
         }
         Ok(())
