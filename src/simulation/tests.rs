@@ -894,3 +894,101 @@ fn soak_seed_13s_limited_client_gets_near_its_limit() {
         );
     }
 }
+
+/// Seed 27 of the GPU soak (H200), its first 50 s (before its share changes): an interactive
+/// client of request 0.05 (two inference processes, limit 0.21); a client of request 0.16 with
+/// a bursty job of 200 us kernels and a training loop that sleeps 5 ms on its host after each
+/// step; bursty jobs of 1.6 ms kernels of requests 0.02 and 0.11; a bursty job of 200 us kernels
+/// of request 0; a CUDA graph loop (request 0.14, limit 0.43, synchronizing every 10 replays);
+/// 50 us kernels that never synchronize (request 0.12) from 19 s.
+fn soak_seed_27() -> Scenario {
+    let ms = 1_000_000;
+    let us = 1_000;
+    let base = Workload {
+        kernel_ns: 100 * us,
+        kernels: 4,
+        launch_ns: 5 * us,
+        graph: false,
+        sync: true,
+        host_ns: 5 * us,
+        period_ns: None,
+        start: 0,
+        end: 50 * S,
+        warmup_ns: 0,
+    };
+    let infer = Workload {
+        period_ns: Some(5 * ms),
+        ..base
+    };
+    let bursty = |kernel_ns: Nanos, kernels: u32| Workload {
+        kernel_ns,
+        kernels,
+        host_ns: 550 * ms,
+        ..base
+    };
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.05, 0.21, true), vec![infer, infer]),
+            client(
+                limited(0.16, 0.73, false),
+                vec![
+                    bursty(200 * us, 625),
+                    Workload {
+                        kernel_ns: 140 * us,
+                        kernels: 20,
+                        host_ns: 5 * ms,
+                        ..base
+                    },
+                ],
+            ),
+            client(limited(0.02, 0.66, false), vec![bursty(1600 * us, 78)]),
+            client(limited(0.11, 1.0, false), vec![bursty(1600 * us, 78)]),
+            client(limited(0.0, 1.0, false), vec![bursty(200 * us, 625)]),
+            client(
+                limited(0.14, 0.43, false),
+                vec![Workload {
+                    kernel_ns: 340 * us,
+                    kernels: 10,
+                    graph: true,
+                    ..base
+                }],
+            ),
+            client(
+                limited(0.12, 1.0, false),
+                vec![Workload {
+                    kernel_ns: 50 * us,
+                    kernels: 1000,
+                    sync: false,
+                    start: 19 * S,
+                    ..base
+                }],
+            ),
+        ],
+        changes: vec![],
+        duration: 50 * S,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_27_explained() {
+    print_beside_time_slicing(&soak_seed_27());
+}
+
+/// GPU soak seed 27's first 50 s: the client of request 0.16 (a bursty job and a training loop
+/// that sleeps 5 ms after each step) and the bursty client of request 0.11 get their due, as
+/// the others do. Not yet: as on the GPU (0.21-0.30 of its due 0.26-0.35, and 0.15-0.18 of
+/// 0.18-0.22), the simulation gives the first 0.24-0.30 of 0.26-0.34 and the second 0.15-0.18 of
+/// 0.18-0.20, while the graph loop beside them gets 0.32 of its due 0.30 and the GPU idles 0.06.
+/// Where the simulation and the GPU part: the training loop alone beside the graph loop gets
+/// 0.28 of its due 0.36 and the graph loop 0.55, past its limit of 0.43 (0.43 alone, with a USED
+/// of 0.75); on the GPU the graph loop stayed within its limit, its USED within a point of what
+/// it got, and the training loop's process waited for the token 60 s of the 90.
+#[test]
+#[ignore = "the promise is not yet kept here: bursty and host-bound clients of small requests beside a graph loop"]
+fn soak_seed_27s_bursty_and_host_bound_clients_get_their_due() {
+    let sc = soak_seed_27();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
