@@ -272,6 +272,9 @@ struct Lease {
     /// time its process reports, and a lease that ran alone throughout took that busy time.
     /// This is what USED reports; the charge ([`Lease::owed`]) stays wall time.
     used: f64,
+    /// Of its `used`, what was counted to USED already when an extension of it was refused,
+    /// the client over its limit: its end counts the rest.
+    counted: f64,
     /// Another lease ran beside it at some moment.
     crowded: bool,
     /// Ended early, for an interactive client or a probe first in line: no extension, the token
@@ -810,7 +813,8 @@ impl Scheduler {
                 interactive_work = Some(owed);
             }
             // an interactive lease used what it is charged: its work's time, not its waits
-            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy));
+            let used = interactive_work
+                .unwrap_or_else(|| lease_used(&h, busy).saturating_sub(h.counted.round() as Nanos));
             c.charge(owed, window, now);
             c.used(used, now);
             tracing::debug!(
@@ -929,13 +933,16 @@ impl Scheduler {
         c.charge(owed, window, now);
         // its process reports no busy time at an extension: what ran so far took what the
         // turns give it
-        c.used(h.used.round() as Nanos, now);
+        let used = (h.used - h.counted).max(0.0).round() as Nanos;
+        c.used(used, now);
         let book = self.books.entry(session).or_default();
         book.charge(owed);
         c.refill(now, quantum_credit, others);
         if c.credit - others <= 0.0 {
-            // over its limit: the lease ends as usual and the client waits for credit
+            // over its limit: the lease ends as usual and the client waits for credit; what
+            // ran so far is counted, its end counts the rest
             h.owed = 0.0;
+            h.counted += used as f64;
             h.end = h.start;
             return None;
         }
@@ -959,6 +966,7 @@ impl Scheduler {
             length: quantum,
             owed: 0.0,
             used: 0.0,
+            counted: 0.0,
             crowded: false,
             revoked: false,
             alone,
@@ -1428,6 +1436,7 @@ impl Scheduler {
             length: lease_ns,
             owed: 0.0,
             used: 0.0,
+            counted: 0.0,
             crowded: false,
             revoked: false,
             alone,

@@ -531,6 +531,27 @@ fn extending_does_not_pass_a_limit() {
 }
 
 #[test]
+fn a_lease_refused_an_extension_counts_its_gpu_time_once() {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_client(1, shares(0.1, 0.5), 0);
+    s.acquire(1, 10, 0);
+    assert!(s.poll(0).is_some());
+    let mut t = 20 * MS;
+    while s.extend(10, t).is_some() {
+        t += 20 * MS;
+    }
+    // refused at `t`, the client over its limit: its process drains for a millisecond, busy
+    // from the lease's start to its release
+    s.release(10, 21 * MS, t + MS);
+    let u = s.usage(1, t + MS).unwrap();
+    assert_eq!(
+        u.gpu_total,
+        t + MS,
+        "one process alone, busy throughout, used the wall time from its first grant"
+    );
+}
+
+#[test]
 fn gone_session_frees_the_token_and_its_place_in_line() {
     let mut s = Scheduler::new(20 * MS, 0);
     s.set_client(1, shares(0.0, 1.0), 0);
