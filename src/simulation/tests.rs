@@ -1021,3 +1021,101 @@ fn a_client_alone_at_its_limit_uses_what_it_gets() {
         );
     }
 }
+
+/// GPU soak seed 29 (90 s run on an H200), its first 60 s: a loop of 24 us kernels that waits
+/// for each (request 0.22, limit 0.36) beside a loop of 21 ms kernels (request 0), two training
+/// loops bound by their hosts (2.4 ms of kernels, then 5 ms or 20 ms asleep), a loop of 5.8 ms
+/// kernels that waits for each (request 0.04) and a client of launch-bound MLP loops (request
+/// 0.24, a second process from 36 s); at 22.9 s the first's request goes to 0.19. On the GPU the
+/// loop of short kernels got 0.08-0.11 of its due 0.34-0.36 while the daemon's USED said
+/// 0.27-0.45.
+fn soak_seed_29() -> Scenario {
+    let ms = 1_000_000;
+    let us = 1_000;
+    let base = Workload {
+        kernel_ns: ms,
+        kernels: 1,
+        launch_ns: 4 * us,
+        graph: false,
+        sync: true,
+        host_ns: 5 * us,
+        period_ns: None,
+        start: 0,
+        end: 60 * S,
+        warmup_ns: 0,
+    };
+    let train = |host_ns| Workload {
+        kernel_ns: 300 * us,
+        kernels: 8,
+        host_ns,
+        ..base
+    };
+    let mlp = |start| Workload {
+        kernel_ns: 8 * us,
+        kernels: 12,
+        launch_ns: 5 * us,
+        host_ns: 100 * us,
+        start,
+        ..base
+    };
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(
+                limited(0.0, 1.0, false),
+                vec![Workload {
+                    kernel_ns: 21_500 * us,
+                    kernels: 64,
+                    sync: false,
+                    ..base
+                }],
+            ),
+            client(limited(0.0, 0.5, false), vec![train(5 * ms)]),
+            client(limited(0.18, 0.73, false), vec![train(20 * ms)]),
+            client(
+                limited(0.04, 0.82, false),
+                vec![Workload {
+                    kernel_ns: 5_800 * us,
+                    ..base
+                }],
+            ),
+            client(limited(0.24, 1.0, false), vec![mlp(0), mlp(36 * S)]),
+            client(
+                limited(0.22, 0.36, false),
+                vec![Workload {
+                    kernel_ns: 24 * us,
+                    launch_ns: 10 * us,
+                    host_ns: 13 * us,
+                    ..base
+                }],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 22_900 * ms,
+            client: 5,
+            shares: limited(0.19, 0.36, false),
+        }],
+        duration: 60 * S,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_29_explained() {
+    print_beside_time_slicing(&soak_seed_29());
+}
+
+/// GPU soak seed 29's first 60 s: the loop of 24 us kernels that waits for each, and the client
+/// of launch-bound MLP loops, get their due. Not yet: as on the GPU (0.08-0.11 of its due
+/// 0.34-0.36), the simulation gives the first 0.14-0.22 of 0.35-0.36, with a USED of 0.28-0.36,
+/// and the MLP client 0.21-0.30 of 0.43. Its leases run beside the training loops' and the MLP
+/// loops', light by demand: each 24 us kernel waits for the others' time slice. Taking turns
+/// does not cure it: trials of turns wherever weights differ (as where they are equal) gave
+/// the first 0.22 and the MLP client 0.21, the GPU idle in the launch-bound loops' turns.
+#[test]
+#[ignore = "the promise is not yet kept here: a loop that waits for each short kernel beside light and launch-bound loops"]
+fn soak_seed_29s_short_synchronizing_kernels_get_their_due() {
+    let sc = soak_seed_29();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
