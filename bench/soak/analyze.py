@@ -43,6 +43,7 @@ processes that ran in both runs, the gpushare run's sum over the time-sliced run
 import argparse
 import glob
 import json
+import lzma
 import math
 import os
 import subprocess
@@ -53,14 +54,23 @@ SHORT = 0.03  # 3 points of the GPU
 
 
 def read_jsonl(path):
+    """The JSON objects of a .jsonl file, or of its compressed copy PATH.xz where only that is
+    kept (bench/results keeps raw output over 150 kB compressed)."""
     out = []
-    if os.path.exists(path):
-        for line in open(path):
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
+    if not os.path.exists(path) and os.path.exists(path + ".xz"):
+        with lzma.open(path + ".xz", "rt") as f:
+            lines = f.read().splitlines()
+    elif os.path.exists(path):
+        with open(path) as f:
+            lines = f.read().splitlines()
+    else:
+        lines = []
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
     return out
 
 
