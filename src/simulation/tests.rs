@@ -1119,3 +1119,126 @@ fn soak_seed_29s_short_synchronizing_kernels_get_their_due() {
     let sc = soak_seed_29();
     assert_kept(&sc, &run(&sc), batch(&sc));
 }
+
+/// GPU soak seed 37 (90 s on an H200), its first 70 s: seven clients, two of them interactive
+/// (inference every 5 ms), beside loops of 5 ms, 1.6 ms and 200 us kernels, a CUDA graph
+/// loop, a bursty job, and two training loops bound by their hosts (2.3 ms of kernels, then
+/// 10 ms or 2 ms asleep); at 27.4 s the client of 200 us kernels goes from request 0.20 to
+/// 0.03. On the GPU the training loop of 2 ms sleeps (request 0.19) got 0.16-0.17 of its due
+/// 0.26-0.27, its USED as low: below its request, and the daemon saw it.
+fn soak_seed_37() -> Scenario {
+    let ms = 1_000_000;
+    let us = 1_000;
+    let base = Workload {
+        kernel_ns: ms,
+        kernels: 1,
+        launch_ns: 4 * us,
+        graph: false,
+        sync: true,
+        host_ns: 5 * us,
+        period_ns: None,
+        start: 0,
+        end: 70 * S,
+        warmup_ns: 0,
+    };
+    let infer = |start, end| Workload {
+        kernel_ns: 90 * us,
+        kernels: 4,
+        period_ns: Some(5 * ms),
+        start,
+        end,
+        ..base
+    };
+    let train = |host_ns, start, end| Workload {
+        kernel_ns: 290 * us,
+        kernels: 8,
+        host_ns,
+        start,
+        end,
+        ..base
+    };
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.05, 1.0, true), vec![infer(19_400 * ms, 70 * S)]),
+            client(
+                limited(0.10, 0.59, true),
+                vec![infer(0, 70 * S), infer(0, 45_300 * ms)],
+            ),
+            client(
+                limited(0.21, 1.0, false),
+                vec![
+                    Workload {
+                        kernel_ns: 5_720 * us,
+                        kernels: 4,
+                        ..base
+                    },
+                    Workload {
+                        kernel_ns: 207 * us,
+                        kernels: 600,
+                        host_ns: 550 * ms,
+                        ..base
+                    },
+                ],
+            ),
+            client(
+                limited(0.17, 0.84, false),
+                vec![
+                    Workload {
+                        kernel_ns: 1_650 * us,
+                        kernels: 64,
+                        sync: false,
+                        start: 14_200 * ms,
+                        ..base
+                    },
+                    Workload {
+                        kernel_ns: 35 * us,
+                        kernels: 10,
+                        graph: true,
+                        end: 61 * S,
+                        ..base
+                    },
+                ],
+            ),
+            client(
+                limited(0.20, 1.0, false),
+                vec![Workload {
+                    kernel_ns: 218 * us,
+                    ..base
+                }],
+            ),
+            client(
+                limited(0.04, 0.40, false),
+                vec![train(10 * ms, 13 * S, 65_900 * ms)],
+            ),
+            client(
+                limited(0.19, 1.0, false),
+                vec![train(2_100 * us, 15_200 * ms, 70 * S)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 27_400 * ms,
+            client: 4,
+            shares: limited(0.03, 1.0, false),
+        }],
+        duration: 70 * S,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_37_explained() {
+    print_beside_time_slicing(&soak_seed_37());
+}
+
+/// GPU soak seed 37's first 70 s: the training loop of 2 ms sleeps gets its due. Not yet: as on
+/// the GPU, the simulation gives it 0.13-0.18 of its due 0.20-0.26 (request 0.19), its USED as
+/// low, where the others get theirs; each of its steps waits for the token or runs beside
+/// another context's kernels.
+#[test]
+#[ignore = "the promise is not yet kept here: a host-bound training loop of a small request"]
+fn soak_seed_37s_host_bound_training_loop_gets_its_due() {
+    let sc = soak_seed_37();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
