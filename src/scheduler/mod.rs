@@ -272,9 +272,6 @@ struct Lease {
     /// time its process reports, and a lease that ran alone throughout took that busy time.
     /// This is what USED reports; the charge ([`Lease::owed`]) stays wall time.
     used: f64,
-    /// Of its `used`, what was counted to USED already when an extension of it was refused,
-    /// the client over its limit: its end counts the rest.
-    counted: f64,
     /// Another lease ran beside it at some moment.
     crowded: bool,
     /// Ended early, for an interactive client or a probe first in line: no extension, the token
@@ -813,8 +810,7 @@ impl Scheduler {
                 interactive_work = Some(owed);
             }
             // an interactive lease used what it is charged: its work's time, not its waits
-            let used = interactive_work
-                .unwrap_or_else(|| lease_used(&h, busy).saturating_sub(h.counted.round() as Nanos));
+            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy));
             c.charge(owed, window, now);
             c.used(used, now);
             tracing::debug!(
@@ -931,21 +927,19 @@ impl Scheduler {
         let c = self.clients.get_mut(&h.client)?;
         let owed = h.owed.round() as Nanos;
         c.charge(owed, window, now);
-        // its process reports no busy time at an extension: what ran so far took what the
-        // turns give it
-        let used = (h.used - h.counted).max(0.0).round() as Nanos;
-        c.used(used, now);
         let book = self.books.entry(session).or_default();
         book.charge(owed);
         c.refill(now, quantum_credit, others);
         if c.credit - others <= 0.0 {
-            // over its limit: the lease ends as usual and the client waits for credit; what
-            // ran so far is counted, its end counts the rest
+            // over its limit: the lease ends as usual and the client waits for credit; its end
+            // counts what it ran to USED, from its start (counted here too, it was counted twice)
             h.owed = 0.0;
-            h.counted += used as f64;
             h.end = h.start;
             return None;
         }
+        // its process reports no busy time at an extension: what ran so far took what the
+        // turns give it
+        c.used(h.used.round() as Nanos, now);
         c.grants += 1;
         book.granted();
         tracing::debug!(
@@ -966,7 +960,6 @@ impl Scheduler {
             length: quantum,
             owed: 0.0,
             used: 0.0,
-            counted: 0.0,
             crowded: false,
             revoked: false,
             alone,
@@ -1436,7 +1429,6 @@ impl Scheduler {
             length: lease_ns,
             owed: 0.0,
             used: 0.0,
-            counted: 0.0,
             crowded: false,
             revoked: false,
             alone,
