@@ -56,21 +56,20 @@ SHORT = 0.03  # 3 points of the GPU
 def read_jsonl(path):
     """The JSON objects of a .jsonl file, or of its compressed copy PATH.xz where only that is
     kept (bench/results keeps raw output over 150 kB compressed)."""
-    out = []
-    if not os.path.exists(path) and os.path.exists(path + ".xz"):
-        with lzma.open(path + ".xz", "rt") as f:
-            lines = f.read().splitlines()
-    elif os.path.exists(path):
-        with open(path) as f:
-            lines = f.read().splitlines()
+    if os.path.exists(path):
+        f = open(path)
+    elif os.path.exists(path + ".xz"):
+        f = lzma.open(path + ".xz", "rt")
     else:
-        lines = []
-    for line in lines:
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
+        return []
+    out = []
+    with f:
+        for line in f:
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
     return out
 
 
