@@ -79,9 +79,10 @@ pub const BATCH_KINDS: [Kind; 5] = [
     Kind::Bursty,
 ];
 
-/// A loop of `kind`, running from `start` to `end`.
-pub fn workload(kind: Kind, rng: &mut Rng, start: Nanos, end: Nanos) -> Workload {
-    let base = Workload {
+/// The library's plain loop, from `start` to `end`: one 1 ms kernel, waited for, 5 us on the host
+/// between kernels; every kind of [`workload`] (and the named soak scenarios) varies it.
+pub fn plain_loop(start: Nanos, end: Nanos) -> Workload {
+    Workload {
         kernel_ns: MS,
         kernels: 1,
         launch_ns: 4 * US,
@@ -92,7 +93,12 @@ pub fn workload(kind: Kind, rng: &mut Rng, start: Nanos, end: Nanos) -> Workload
         start,
         end,
         warmup_ns: 0,
-    };
+    }
+}
+
+/// A loop of `kind`, running from `start` to `end`.
+pub fn workload(kind: Kind, rng: &mut Rng, start: Nanos, end: Nanos) -> Workload {
+    let base = plain_loop(start, end);
     match kind {
         Kind::Kernels => {
             let kernel_ns = rng.log_range(20 * US, 50 * MS);

@@ -1,4 +1,4 @@
-use super::scenario::{workload, Kind, Rng, BATCH_KINDS};
+use super::scenario::{plain_loop, workload, Kind, Rng, BATCH_KINDS};
 use super::*;
 use crate::referee;
 
@@ -1032,18 +1032,7 @@ fn a_client_alone_at_its_limit_uses_what_it_gets() {
 fn soak_seed_29() -> Scenario {
     let ms = 1_000_000;
     let us = 1_000;
-    let base = Workload {
-        kernel_ns: ms,
-        kernels: 1,
-        launch_ns: 4 * us,
-        graph: false,
-        sync: true,
-        host_ns: 5 * us,
-        period_ns: None,
-        start: 0,
-        end: 60 * S,
-        warmup_ns: 0,
-    };
+    let base = plain_loop(0, 60 * S);
     let train = |host_ns| Workload {
         kernel_ns: 300 * us,
         kernels: 8,
@@ -1129,18 +1118,7 @@ fn soak_seed_29s_short_synchronizing_kernels_get_their_due() {
 fn soak_seed_37() -> Scenario {
     let ms = 1_000_000;
     let us = 1_000;
-    let base = Workload {
-        kernel_ns: ms,
-        kernels: 1,
-        launch_ns: 4 * us,
-        graph: false,
-        sync: true,
-        host_ns: 5 * us,
-        period_ns: None,
-        start: 0,
-        end: 70 * S,
-        warmup_ns: 0,
-    };
+    let base = plain_loop(0, 70 * S);
     let infer = |start, end| Workload {
         kernel_ns: 90 * us,
         kernels: 4,
