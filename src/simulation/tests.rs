@@ -1116,25 +1116,10 @@ fn soak_seed_29s_short_synchronizing_kernels_get_their_due() {
 /// 0.03. On the GPU the training loop of 2 ms sleeps (request 0.19) got 0.16-0.17 of its due
 /// 0.26-0.27, its USED as low: below its request, and the daemon saw it.
 fn soak_seed_37() -> Scenario {
+    use soak_loops::{infer, train};
     let ms = 1_000_000;
     let us = 1_000;
     let base = plain_loop(0, 70 * S);
-    let infer = |start, end| Workload {
-        kernel_ns: 90 * us,
-        kernels: 4,
-        period_ns: Some(5 * ms),
-        start,
-        end,
-        ..base
-    };
-    let train = |host_ns, start, end| Workload {
-        kernel_ns: 290 * us,
-        kernels: 8,
-        host_ns,
-        start,
-        end,
-        ..base
-    };
     let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
@@ -1218,5 +1203,245 @@ fn soak_seed_37_explained() {
 #[ignore = "the promise is not yet kept here: a host-bound training loop of a small request"]
 fn soak_seed_37s_host_bound_training_loop_gets_its_due() {
     let sc = soak_seed_37();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
+
+/// The soak library's loops as the named soak scenarios below build them, from `start` to `end`,
+/// with the kernel times the GPU ran them at (as in [`soak_seed_37`]): inference every 5 ms (four 90 us kernels); a
+/// training loop bound by its host (eight 290 us kernels, then `host_ns` asleep); a bursty job
+/// (about 125 ms of `kernel_ns` kernels, then 550 ms asleep, the middle of its 100-1000 ms);
+/// kernels of `kernel_ns` synchronizing after every `sync_every` (0: never).
+mod soak_loops {
+    use super::*;
+
+    pub fn infer(start: Nanos, end: Nanos) -> Workload {
+        Workload {
+            kernel_ns: 90_000,
+            kernels: 4,
+            period_ns: Some(5_000_000),
+            ..plain_loop(start, end)
+        }
+    }
+
+    pub fn train(host_ns: Nanos, start: Nanos, end: Nanos) -> Workload {
+        Workload {
+            kernel_ns: 290_000,
+            kernels: 8,
+            host_ns,
+            ..plain_loop(start, end)
+        }
+    }
+
+    pub fn bursty(kernel_ns: Nanos, start: Nanos, end: Nanos) -> Workload {
+        Workload {
+            kernel_ns,
+            kernels: (125_000_000 / kernel_ns).max(1) as u32,
+            host_ns: 550_000_000,
+            ..plain_loop(start, end)
+        }
+    }
+
+    pub fn kernels(kernel_ns: Nanos, sync_every: u32, start: Nanos, end: Nanos) -> Workload {
+        Workload {
+            kernel_ns,
+            kernels: if sync_every == 0 { 64 } else { sync_every },
+            sync: sync_every != 0,
+            ..plain_loop(start, end)
+        }
+    }
+
+    pub fn mlp(start: Nanos, end: Nanos) -> Workload {
+        Workload {
+            kernel_ns: 8_000,
+            kernels: 12,
+            launch_ns: 5_000,
+            host_ns: 100_000,
+            ..plain_loop(start, end)
+        }
+    }
+}
+
+/// GPU soak seed 30 (90 s on an H200), its first 75 s: an interactive client (request 0.10),
+/// a bursty job of 1.6 ms kernels (request 0.05), a launch-bound MLP loop (request 0, then 0.15
+/// at 58.4 s) until 56.1 s, 5 ms kernels waited for one by one (0.27), 5 ms kernels never waited
+/// for and from 32.6 s a training loop of 2 ms sleeps (request 0), and a bursty job of 200 us
+/// kernels (0.27, limit 0.47). On the GPU the bursty client of request 0.05 got 0.068-0.079 of
+/// its due 0.11-0.12 in five settled windows, its USED as low.
+fn soak_seed_30() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 75 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.10, 0.57, true), vec![infer(0, end)]),
+            client(limited(0.05, 1.0, false), vec![bursty(1_650 * us, 0, end)]),
+            client(limited(0.0, 0.83, false), vec![mlp(0, 56_100 * ms)]),
+            client(
+                limited(0.27, 1.0, false),
+                vec![kernels(5_720 * us, 1, 0, end)],
+            ),
+            client(
+                limited(0.0, 1.0, false),
+                vec![
+                    kernels(5_720 * us, 0, 0, end),
+                    train(2 * ms, 32_600 * ms, end),
+                ],
+            ),
+            client(limited(0.27, 0.47, false), vec![bursty(218 * us, 0, end)]),
+        ],
+        changes: vec![ShareChange {
+            at: 58_400 * ms,
+            client: 2,
+            shares: limited(0.15, 0.83, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_30_explained() {
+    print_beside_time_slicing(&soak_seed_30());
+}
+
+/// GPU soak seed 30's first 75 s: the bursty client of request 0.05 gets its due. Not yet: as on
+/// the GPU, the simulation gives it 0.068-0.074 of its due 0.094-0.110, its USED 0.071-0.078 (the
+/// daemon sees it), where time-slicing gives it 0.10-0.12; the others get theirs.
+#[test]
+#[ignore = "the promise is not yet kept here: a bursty client of a small request"]
+fn soak_seed_30s_bursty_client_of_a_small_request_gets_its_due() {
+    let sc = soak_seed_30();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
+
+/// GPU soak seed 33 (90 s on an H200): a client of a training loop of 2 ms sleeps and a bursty
+/// job of 1.6 ms kernels (request 0.17); 1.6 ms kernels waited for one by one (0.27) until
+/// 58.2 s; 1.6 ms kernels never waited for (0.11, then 0.09 at 37.7 s; limit 0.56) until 49 s;
+/// a bursty job of 200 us kernels from 12.4 s and 1.6 ms kernels waited for every four from
+/// 15.9 s (0.16); a training loop of 10 ms sleeps until 58.7 s and 1 ms kernels waited for one
+/// by one (0.21, then 0.13 at 72.7 s; limit 0.77); inference every 5 ms in a batch client of
+/// request 0. On the GPU the first client got 0.24-0.31 of its due 0.31-0.36 in four settled
+/// windows from 60 s on, its USED 0.26-0.35.
+fn soak_seed_33() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 90 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(
+                limited(0.17, 1.0, false),
+                vec![train(2 * ms, 0, end), bursty(1_650 * us, 0, end)],
+            ),
+            client(
+                limited(0.27, 1.0, false),
+                vec![kernels(1_650 * us, 1, 0, 58_200 * ms)],
+            ),
+            client(
+                limited(0.11, 0.56, false),
+                vec![kernels(1_650 * us, 0, 0, 49 * S)],
+            ),
+            client(
+                limited(0.16, 1.0, false),
+                vec![
+                    bursty(218 * us, 12_400 * ms, end),
+                    kernels(1_650 * us, 4, 15_900 * ms, end),
+                ],
+            ),
+            client(
+                limited(0.21, 0.77, false),
+                vec![train(10 * ms, 0, 58_700 * ms), kernels(ms, 1, 0, end)],
+            ),
+            client(limited(0.0, 0.79, false), vec![infer(0, end)]),
+        ],
+        changes: vec![
+            ShareChange {
+                at: 37_700 * ms,
+                client: 2,
+                shares: limited(0.09, 0.56, false),
+            },
+            ShareChange {
+                at: 72_700 * ms,
+                client: 4,
+                shares: limited(0.13, 0.77, false),
+            },
+        ],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_33_explained() {
+    print_beside_time_slicing(&soak_seed_33());
+}
+
+/// GPU soak seed 33: the client of a host-bound training loop and a bursty job (request 0.17)
+/// gets its due. Not yet: as on the GPU, the simulation gives it 0.145-0.28 of its due
+/// 0.18-0.36 in most windows (0.24-0.28 of 0.31-0.36 from 60 s, the GPU's short windows), its
+/// USED 0.16-0.32, where the others get theirs.
+#[test]
+#[ignore = "the promise is not yet kept here: a host-bound training loop and a bursty job of a small request"]
+fn soak_seed_33s_host_bound_and_bursty_client_gets_its_due() {
+    let sc = soak_seed_33();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
+
+/// GPU soak seed 34 (90 s on an H200), its first 70 s: an interactive client (request 0.02); a
+/// client of a bursty job of 1.6 ms kernels and a training loop of 5 ms sleeps (request 0.17,
+/// then 0.08 at 26.4 s; limit 0.85); the same of 200 us kernels (request 0, limit 0.37); a
+/// training loop of 20 ms sleeps (0.11); 1.6 ms kernels waited for every four from 19.8 s to
+/// 64.7 s (0.30); a bursty job of 1.6 ms kernels (0.36, limit 0.61). On the GPU the client of
+/// request 0.17 got 0.28-0.35 of its due 0.51-0.57 in five settled windows, its USED
+/// 0.25-0.32: the daemon saw it get less than its due.
+fn soak_seed_34() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 70 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.02, 1.0, true), vec![infer(0, end)]),
+            client(
+                limited(0.17, 0.85, false),
+                vec![bursty(1_650 * us, 0, end), train(5 * ms, 0, end)],
+            ),
+            client(
+                limited(0.0, 0.37, false),
+                vec![bursty(218 * us, 0, end), train(5 * ms, 0, end)],
+            ),
+            client(limited(0.11, 1.0, false), vec![train(20 * ms, 0, end)]),
+            client(
+                limited(0.30, 1.0, false),
+                vec![kernels(1_650 * us, 4, 19_800 * ms, 64_700 * ms)],
+            ),
+            client(limited(0.36, 0.61, false), vec![bursty(1_650 * us, 0, end)]),
+        ],
+        changes: vec![ShareChange {
+            at: 26_400 * ms,
+            client: 1,
+            shares: limited(0.08, 0.85, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_34_explained() {
+    print_beside_time_slicing(&soak_seed_34());
+}
+
+/// GPU soak seed 34's first 70 s: the client of request 0.17 (a bursty job of 1.6 ms kernels and
+/// a training loop of 5 ms sleeps) gets its due. Not yet: as on the GPU, the simulation gives it
+/// 0.33-0.35 of its due 0.515 for the first 20 s, its USED 0.21-0.28, while the client of the
+/// same two loops of request 0 (200 us kernels, limit 0.37) gets 0.20-0.22 where it is due
+/// 0.07-0.11: both have work in most of the time, and the one of no request gets the more of
+/// it. From 20 s, beside the loop of request 0.30, the first gets 0.12-0.18 of 0.14-0.24.
+#[test]
+#[ignore = "the promise is not yet kept here: host-bound and bursty clients of small requests"]
+fn soak_seed_34s_client_of_small_request_gets_its_due() {
+    let sc = soak_seed_34();
     assert_kept(&sc, &run(&sc), batch(&sc));
 }
