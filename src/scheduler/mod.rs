@@ -59,6 +59,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod charges;
 pub mod demand;
 pub mod devices;
 pub mod drains;
@@ -411,65 +412,6 @@ impl Scheduler {
         self.demand_gated = demand_gated;
     }
 
-    /// Brings each running lease's `owed` up to `now`: the time since the last change, divided by
-    /// the number of leases that ran in it (and its `used`, by the driver's turns).
-    fn settle(&mut self, now: Nanos) {
-        if now <= self.owed_at {
-            // nothing ran since: several calls at one moment divide nothing
-            return;
-        }
-        let dt = now.saturating_sub(self.owed_at) as f64;
-        let n = self.holders.len().max(1) as f64;
-        let turns: Vec<(f64, f64)> = self
-            .holders
-            .iter()
-            .map(|h| (self.demand_while_holding(h.session), 1.0))
-            .collect();
-        let parts = fairness::water_fill(&turns, 1.0);
-        // An interactive lease takes a batch lease beside it little of the GPU: its work runs
-        // in the driver's time slices between the batch kernels', and it is charged what its
-        // launches take ([`launch_cost`]). The batch leases divide the time among themselves
-        // alone, less that work once the interactive lease ends
-        // ([`Scheduler::leave_to_batch`]): halved beside each interactive lease, a loop of
-        // 57 ms kernels beside 400 requests a second got 0.06 above its due share (GPU soak
-        // seed 16).
-        let interactive: Vec<bool> = self
-            .holders
-            .iter()
-            .map(|h| self.interactive(h.client))
-            .collect();
-        let batch = interactive.iter().filter(|&&i| !i).count();
-        for ((h, part), interactive) in self.holders.iter_mut().zip(parts).zip(interactive) {
-            h.owed += if interactive || batch == 0 {
-                dt / n
-            } else {
-                dt / batch as f64
-            };
-            h.used += dt * part;
-            h.crowded |= n > 1.0;
-        }
-        self.owed_at = now;
-    }
-
-    /// What `session`'s process needs of the GPU while it holds a lease, for USED: its demand
-    /// estimate, an average over its time alone, divided by the share of the recent time it
-    /// held leases (1.0 where unknown). A training loop bound by its host holds its leases
-    /// beside others only through its GPU phases (they go back in its pauses), where it needs
-    /// far more than its average: divided by that average, a loop of 10 ms host pauses beside
-    /// 200 us bursts on an H200 had USED 0.16 below what it got. An inference loop that holds a
-    /// lease through each request and its wait for the others' turns needs about its average
-    /// over that time.
-    fn demand_while_holding(&self, session: SessionId) -> f64 {
-        let Some(demand) = self.demand.get(session) else {
-            return 1.0;
-        };
-        let held = self
-            .lease_log
-            .holding_share(session, self.owed_at)
-            .max(LEAST_HOLDING_SHARE);
-        (demand / held).min(1.0)
-    }
-
     /// Whether `client` is of the latency class.
     fn interactive(&self, client: ClientId) -> bool {
         self.clients
@@ -770,127 +712,6 @@ impl Scheduler {
                 self.renewing_from(h.client, now);
             }
             self.end_lease(h, busy_ns, now);
-        }
-    }
-
-    /// Removes the lease `session` holds, settled up to `now`; `None` (a release after the
-    /// token was taken back, its drain noted) if it holds none.
-    fn take_lease(&mut self, session: SessionId, now: Nanos) -> Option<Lease> {
-        let Some(i) = self.holders.iter().position(|h| h.session == session) else {
-            self.drains.released_late(session, now);
-            return None;
-        };
-        self.settle(now);
-        let h = self.holders.swap_remove(i);
-        self.drains.released(session, h.end, now);
-        Some(h)
-    }
-
-    /// Charges a lease that ended at `now` and updates its process's demand.
-    fn end_lease(&mut self, h: Lease, busy_ns: Nanos, now: Nanos) {
-        let wall = now.saturating_sub(h.start);
-        let busy = busy_ns.min(wall);
-        let mut owed = h.owed.round() as Nanos;
-        let window = self.burst_window;
-        let mut interactive_work = None;
-        if let Some(c) = self.clients.get_mut(&h.client) {
-            if c.shares.interactive {
-                // An interactive lease lasts until its process has been idle a moment after
-                // each request: charged its wall time, an inference client of request 0.1
-                // using 0.05 of the GPU was charged 0.18, ran past its request and lost the
-                // place its class gives it. It is charged the time its work was on the GPU
-                // (never more than its wall time's part), as its process reports it; beside
-                // others, where its work waited for their time slices, no more than its
-                // launches take when they wait for nobody ([`launch_cost`]).
-                self.launch_costs.learn(h.session, busy, h.launches);
-                owed = owed.min(busy);
-                if let Some(cap) = self.launch_costs.cap(h.session, h.launches) {
-                    owed = owed.min(cap);
-                }
-                interactive_work = Some(owed);
-            }
-            // an interactive lease used what it is charged: its work's time, not its waits
-            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy));
-            c.charge(owed, window, now);
-            c.used(used, now);
-            tracing::debug!(
-                client = h.client,
-                session = h.session,
-                wall_ms = wall as f64 / 1e6,
-                busy_ms = busy as f64 / 1e6,
-                owed_ms = owed as f64 / 1e6,
-                used_ms = used as f64 / 1e6,
-                alone = h.alone,
-                probe = h.probe,
-                revoked = h.revoked,
-                vtime = c.vtime,
-                "end"
-            );
-            if c.shares.interactive {
-                // "recently" counts from the end of an interactive client's last lease
-                self.interactive_at = Some(now);
-            }
-            self.books.entry(h.session).or_default().charge(owed);
-        }
-        if let Some(work) = interactive_work {
-            self.leave_to_batch(work);
-        }
-        self.lease_log.ended(h.session, now);
-        let sample = Sample {
-            start: h.start,
-            length: h.length,
-            busy,
-            alone: h.alone,
-            probe: h.probe,
-        };
-        if !h.revoked && now < h.end {
-            // Given back before its end (its process left the GPU while others waited): its
-            // busy time is measured over the time until the process asks again, up to the
-            // lease's length. Over the lease's wall time alone, a loop that waits 6 ms on its
-            // host after 3 ms of kernels looked busy 0.55 of the time, where it keeps the GPU
-            // busy 0.33 alone; loops that fit beside each other then took turns.
-            self.early.insert(h.session, sample);
-            return;
-        }
-        // a lease revoked at its holder's next launch measured only the part of it that ran
-        let weight = if h.revoked {
-            demand::part(wall, h.length)
-        } else {
-            1.0
-        };
-        self.learn(h.session, sample, wall, weight, now);
-    }
-
-    /// An interactive lease that ran beside the batch leases running now ended, its work
-    /// charged `work`: they owe that much less, as they had the GPU all the time but that
-    /// ([`Scheduler::settle`]).
-    fn leave_to_batch(&mut self, work: Nanos) {
-        let batch: Vec<usize> = (0..self.holders.len())
-            .filter(|&i| !self.interactive(self.holders[i].client))
-            .collect();
-        let each = work as f64 / batch.len().max(1) as f64;
-        for i in batch {
-            let h = &mut self.holders[i];
-            h.owed = (h.owed - each).max(0.0);
-        }
-    }
-
-    /// Feeds one lease's busy time over `wall` to its process's demand estimate.
-    fn learn(&mut self, session: SessionId, s: Sample, wall: Nanos, weight: f64, now: Nanos) {
-        if s.probe && s.alone {
-            self.demand.learn_probe(session, s.busy, wall, weight, now);
-        } else {
-            self.demand
-                .learn(session, s.busy, wall, weight, s.alone, now);
-        }
-    }
-
-    /// `session` asks again after a lease it gave back before its end: that lease's demand
-    /// sample, over the time from its start to now (at most its length).
-    fn learn_early_end(&mut self, session: SessionId, now: Nanos) {
-        if let Some(s) = self.early.remove(&session) {
-            let wall = now.saturating_sub(s.start).min(s.length).max(s.busy);
-            self.learn(session, s, wall, 1.0, now);
         }
     }
 
@@ -1492,17 +1313,6 @@ impl Scheduler {
 
     pub fn holder_count(&self) -> usize {
         self.holders.len()
-    }
-}
-
-/// The GPU time the work of lease `h` took, its process having reported `busy` (clamped to its
-/// wall time): all of it for a lease that ran alone; beside others, where a process's work also
-/// waits for theirs, no more than the driver's turns gave it ([`Lease::used`]).
-fn lease_used(h: &Lease, busy: Nanos) -> Nanos {
-    if h.crowded {
-        busy.min(h.used.round() as Nanos)
-    } else {
-        busy
     }
 }
 
