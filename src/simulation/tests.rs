@@ -1207,10 +1207,11 @@ fn soak_seed_37s_host_bound_training_loop_gets_its_due() {
 }
 
 /// The soak library's loops as the named soak scenarios below build them, from `start` to `end`,
-/// with the kernel times the GPU ran them at (as in [`soak_seed_37`]): inference every 5 ms (four 90 us kernels); a
-/// training loop bound by its host (eight 290 us kernels, then `host_ns` asleep); a bursty job
-/// (about 125 ms of `kernel_ns` kernels, then 550 ms asleep, the middle of its 100-1000 ms);
-/// kernels of `kernel_ns` synchronizing after every `sync_every` (0: never).
+/// with the kernel times the GPU ran them at (as in [`soak_seed_37`]): inference every 5 ms
+/// (four 90 us kernels); a training loop bound by its host (eight 290 us kernels, then `host_ns`
+/// asleep); a bursty job (about 125 ms of `kernel_ns` kernels, then 550 ms asleep, the middle of
+/// its 100-1000 ms); kernels of `kernel_ns` synchronizing after every `sync_every` (0: never);
+/// a launch-bound MLP loop.
 mod soak_loops {
     use super::*;
 
