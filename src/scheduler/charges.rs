@@ -23,7 +23,7 @@ impl Scheduler {
         let parts = fairness::water_fill(&turns, 1.0);
         // An interactive lease takes a batch lease beside it little of the GPU: its work runs
         // in the driver's time slices between the batch kernels', and it is charged what its
-        // launches take ([`launch_cost`](super::launch_cost)). The batch leases divide the time among themselves
+        // launches take ([`launch_cost`]). The batch leases divide the time among themselves
         // alone, less that work once the interactive lease ends
         // ([`Scheduler::leave_to_batch`]): halved beside each interactive lease, a loop of
         // 57 ms kernels beside 400 requests a second got 0.06 above its due share (GPU soak
@@ -93,7 +93,7 @@ impl Scheduler {
                 // place its class gives it. It is charged the time its work was on the GPU
                 // (never more than its wall time's part), as its process reports it; beside
                 // others, where its work waited for their time slices, no more than its
-                // launches take when they wait for nobody ([`launch_cost`](super::launch_cost)).
+                // launches take when they wait for nobody ([`launch_cost`]).
                 self.launch_costs.learn(h.session, busy, h.launches);
                 owed = owed.min(busy);
                 if let Some(cap) = self.launch_costs.cap(h.session, h.launches) {
