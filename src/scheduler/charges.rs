@@ -54,7 +54,7 @@ impl Scheduler {
     /// 200 us bursts on an H200 had USED 0.16 below what it got. An inference loop that holds a
     /// lease through each request and its wait for the others' turns needs about its average
     /// over that time.
-    pub(super) fn demand_while_holding(&self, session: SessionId) -> f64 {
+    fn demand_while_holding(&self, session: SessionId) -> f64 {
         let Some(demand) = self.demand.get(session) else {
             return 1.0;
         };
@@ -156,7 +156,7 @@ impl Scheduler {
     /// An interactive lease that ran beside the batch leases running now ended, its work
     /// charged `work`: they owe that much less, as they had the GPU all the time but that
     /// ([`Scheduler::settle`]).
-    pub(super) fn leave_to_batch(&mut self, work: Nanos) {
+    fn leave_to_batch(&mut self, work: Nanos) {
         let batch: Vec<usize> = (0..self.holders.len())
             .filter(|&i| !self.interactive(self.holders[i].client))
             .collect();
@@ -168,14 +168,7 @@ impl Scheduler {
     }
 
     /// Feeds one lease's busy time over `wall` to its process's demand estimate.
-    pub(super) fn learn(
-        &mut self,
-        session: SessionId,
-        s: Sample,
-        wall: Nanos,
-        weight: f64,
-        now: Nanos,
-    ) {
+    fn learn(&mut self, session: SessionId, s: Sample, wall: Nanos, weight: f64, now: Nanos) {
         if s.probe && s.alone {
             self.demand.learn_probe(session, s.busy, wall, weight, now);
         } else {

@@ -1039,14 +1039,7 @@ fn soak_seed_29() -> Scenario {
         host_ns,
         ..base
     };
-    let mlp = |start| Workload {
-        kernel_ns: 8 * us,
-        kernels: 12,
-        launch_ns: 5 * us,
-        host_ns: 100 * us,
-        start,
-        ..base
-    };
+    let mlp = |start| soak_loops::mlp(start, 60 * S);
     let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
