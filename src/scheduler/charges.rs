@@ -1,7 +1,7 @@
 //! What a lease costs and teaches when it ends: the running leases' charges brought up to date
 //! ([`Scheduler::settle`]: each its part of the time, and its USED by the driver's turns), a
-//! lease's end charged to its client's virtual time, limit and USED, and its busy time fed to its
-//! process's demand estimate.
+//! lease's end charged to its client's virtual time, limit and USED (beside others, its launches
+//! at what they take alone), and its busy time fed to its process's demand estimate.
 
 use super::{demand, fairness, Lease, Nanos, Sample, Scheduler, SessionId, LEAST_HOLDING_SHARE};
 
@@ -85,6 +85,12 @@ impl Scheduler {
         let mut owed = h.owed.round() as Nanos;
         let window = self.burst_window;
         let mut interactive_work = None;
+        // a lease that ran by itself from an empty queue teaches what its process's launches
+        // take on the GPU; beside others USED counts them at that ([`lease_used`])
+        if !h.crowded && !h.extended {
+            self.launch_costs.learn_alone(h.session, busy, h.launches);
+        }
+        let launches_take = self.launch_costs.alone_take(h.session, h.launches);
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
                 // An interactive lease lasts until its process has been idle a moment after
@@ -94,15 +100,15 @@ impl Scheduler {
                 // (never more than its wall time's part), as its process reports it; beside
                 // others, where its work waited for their time slices, no more than its
                 // launches take when they wait for nobody ([`launch_cost`]).
-                self.launch_costs.learn(h.session, busy, h.launches);
                 owed = owed.min(busy);
+                self.launch_costs.learn(h.session, busy, h.launches);
                 if let Some(cap) = self.launch_costs.cap(h.session, h.launches) {
                     owed = owed.min(cap);
                 }
                 interactive_work = Some(owed);
             }
             // an interactive lease used what it is charged: its work's time, not its waits
-            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy));
+            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy, launches_take));
             c.charge(owed, window, now);
             c.used(used, now);
             tracing::debug!(
@@ -116,6 +122,8 @@ impl Scheduler {
                 probe = h.probe,
                 revoked = h.revoked,
                 vtime = c.vtime,
+                launches = h.launches,
+                crowded = h.crowded,
                 "end"
             );
             if c.shares.interactive {
@@ -189,11 +197,15 @@ impl Scheduler {
 
 /// The GPU time the work of lease `h` took, its process having reported `busy` (clamped to its
 /// wall time): all of it for a lease that ran alone; beside others, where a process's work also
-/// waits for theirs, no more than the driver's turns gave it ([`Lease::used`]).
-fn lease_used(h: &Lease, busy: Nanos) -> Nanos {
-    if h.crowded {
-        busy.min(h.used.round() as Nanos)
-    } else {
-        busy
+/// waits for theirs, what its launches take when its process has the GPU to itself
+/// (`launches_take`, [`launch_cost`]), or where that is not known yet (or it launched nothing)
+/// what the driver's turns gave it; no more than `busy` either way ([`Lease::used`]).
+fn lease_used(h: &Lease, busy: Nanos, launches_take: Option<Nanos>) -> Nanos {
+    if !h.crowded {
+        return busy;
+    }
+    match launches_take {
+        Some(take) => busy.min(take),
+        None => busy.min(h.used.round() as Nanos),
     }
 }

@@ -1,5 +1,5 @@
-//! What an interactive process's work takes on the GPU per kernel launched, to charge its
-//! leases by.
+//! What a process's work takes on the GPU per kernel launched: to charge an interactive
+//! process's leases by, and to count a batch lease's USED beside others.
 //!
 //! A process reports how long its work was pending in a lease, not how long it ran: beside a
 //! batch holder's kernel its requests wait for the driver's time slices, and that wait counts.
@@ -15,6 +15,12 @@
 //! millisecond, and a lease of a millisecond reports its busy time in quarters of it. On an
 //! H200 the least of the last 32 charged an inference client 0.064 of the GPU where it got
 //! 0.094.
+//!
+//! USED of a batch lease beside others counts its launches at what they took in the process's
+//! last leases that ran by themselves from an empty queue (no other lease beside them, not
+//! extended: work queued before an extension is pending in it without its launches): their
+//! pending time over their launches, added up, not the lowest ratios (a sampler that reads a
+//! 100 us kernel as 0 or 250 us is right on the sum, and a lease that read 0 counts too).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -28,6 +34,8 @@ pub const RECENT_LEASES: usize = 32;
 pub struct LaunchCosts {
     /// Pending time per launch of each process's last [`RECENT_LEASES`] leases with launches.
     recent: BTreeMap<SessionId, VecDeque<f64>>,
+    /// (pending time, launches) of each process's last [`RECENT_LEASES`] leases alone.
+    alone: BTreeMap<SessionId, VecDeque<(Nanos, u64)>>,
 }
 
 impl LaunchCosts {
@@ -63,6 +71,32 @@ impl LaunchCosts {
 
     pub fn forget(&mut self, session: SessionId) {
         self.recent.remove(&session);
+        self.alone.remove(&session);
+    }
+
+    /// A lease of `session` that ran alone ended: its work was pending `busy_ns` for `launches`.
+    pub fn learn_alone(&mut self, session: SessionId, busy_ns: Nanos, launches: u64) {
+        if launches == 0 {
+            return;
+        }
+        let alone = self.alone.entry(session).or_default();
+        if alone.len() == RECENT_LEASES {
+            alone.pop_front();
+        }
+        alone.push_back((busy_ns, launches));
+    }
+
+    /// What `launches` of `session` take on the GPU, by its leases alone: their pending time
+    /// over their launches, added up. `None` before any such lease, and for no launches.
+    pub fn alone_take(&self, session: SessionId, launches: u64) -> Option<Nanos> {
+        if launches == 0 {
+            return None;
+        }
+        let alone = self.alone.get(&session)?;
+        let (busy, count) = alone
+            .iter()
+            .fold((0u64, 0u64), |(b, n), &(x, k)| (b + x, n + k));
+        (count > 0).then(|| (busy as f64 / count as f64 * launches as f64).round() as Nanos)
     }
 }
 
@@ -109,5 +143,36 @@ mod tests {
         );
         costs.forget(1);
         assert_eq!(costs.cap(1, 6), None);
+    }
+
+    #[test]
+    fn launches_take_what_the_leases_alone_took_per_launch_added_up() {
+        let mut costs = LaunchCosts::default();
+        assert_eq!(costs.alone_take(1, 4), None, "nothing learnt yet");
+        costs.learn_alone(1, 5_000_000, 0);
+        assert_eq!(costs.alone_take(1, 4), None, "no launches teach nothing");
+        // a quarter-millisecond sampler reads a 100 us kernel as 0 or 250 us: the sums, not
+        // the lowest ratios, come out right
+        costs.learn_alone(1, 0, 1);
+        costs.learn_alone(1, 250_000, 1);
+        costs.learn_alone(1, 0, 1);
+        costs.learn_alone(1, 150_000, 1);
+        assert_eq!(costs.alone_take(1, 10), Some(1_000_000));
+        assert_eq!(
+            costs.alone_take(1, 0),
+            None,
+            "no launches: nothing to count"
+        );
+        assert_eq!(costs.alone_take(2, 10), None, "per process");
+        for _ in 0..RECENT_LEASES {
+            costs.learn_alone(1, 2_000_000, 1);
+        }
+        assert_eq!(
+            costs.alone_take(1, 3),
+            Some(6_000_000),
+            "the older ones out of the window"
+        );
+        costs.forget(1);
+        assert_eq!(costs.alone_take(1, 3), None);
     }
 }

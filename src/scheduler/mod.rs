@@ -271,6 +271,9 @@ struct Lease {
     /// leases running at the same moment by their processes' demands (a process that needs
     /// less than its turn leaves the rest to the others). At its end it is capped by the busy
     /// time its process reports, and a lease that ran alone throughout took that busy time.
+    /// Beside others, once its process ran a lease by itself, its launches counted at what they
+    /// took then ([`launch_cost`]) replace this division: demand estimates of loops that give
+    /// their leases back at each pause read them far lighter than they are while they hold one.
     /// This is what USED reports; the charge ([`Lease::owed`]) stays wall time.
     used: f64,
     /// Another lease ran beside it at some moment.
@@ -290,6 +293,10 @@ struct Lease {
     contended: bool,
     /// Kernels its process reported launching in it ([`Scheduler::launched`]).
     launches: u64,
+    /// Restarted by an extension: work its process queued before counts in its busy time, not
+    /// in its launches. A lease granted otherwise starts with its process's queue empty (the
+    /// process drained it before it gave its last lease back).
+    extended: bool,
 }
 
 /// What an ended lease tells its process's demand estimate, besides the wall time it is
@@ -759,8 +766,13 @@ impl Scheduler {
             return None;
         }
         // its process reports no busy time at an extension: what ran so far took what the
-        // turns give it
-        c.used(h.used.round() as Nanos, now);
+        // turns give it, or beside others what its launches take alone ([`Lease::used`])
+        let launches_take = self.launch_costs.alone_take(session, h.launches);
+        let used = match launches_take {
+            Some(take) if h.crowded => take.min(now.saturating_sub(h.start)),
+            _ => h.used.round() as Nanos,
+        };
+        c.used(used, now);
         c.grants += 1;
         book.granted();
         tracing::debug!(
@@ -788,6 +800,7 @@ impl Scheduler {
             backfilled: false,
             contended,
             launches: 0,
+            extended: true,
         };
         let client = h.client;
         Some(Grant {
@@ -1257,6 +1270,7 @@ impl Scheduler {
             backfilled: false,
             contended,
             launches: 0,
+            extended: false,
         });
         Some(Grant {
             session,

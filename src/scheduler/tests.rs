@@ -878,6 +878,43 @@ fn used_is_what_the_drivers_turns_gave_each_process_beside_the_others() {
     assert!(charged < 0.5 * taken, "charged {charged}, took {taken}");
 }
 
+/// Beside another lease, a process's busy time counts its waits for the other's turns too, and
+/// the turns' division goes by demand estimates that can be far off: a lease run beside another
+/// counts to USED what its launches take when its process had the GPU to itself.
+#[test]
+fn used_beside_others_is_what_the_launches_take_alone() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    let used = |s: &Scheduler, c, now| s.usage(c, now).unwrap().gpu_total;
+    // alone, from an empty queue: 10 launches kept the GPU busy 20 ms, 2 ms each
+    s.acquire(1, 10, 0);
+    assert!(s.poll(0).is_some());
+    s.launched(10, 10, 20 * MS);
+    s.release(10, 20 * MS, 20 * MS);
+    assert_eq!(used(&s, 1, 20 * MS), 20 * MS);
+    // beside client 2's lease (they weigh the same and overlap), its work pending all 20 ms
+    let t = 20 * MS;
+    s.acquire(1, 10, t);
+    s.acquire(2, 20, t);
+    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    assert_eq!(granted.len(), 2, "{granted:?}");
+    s.launched(10, 4, t + 20 * MS);
+    s.release(10, 20 * MS, t + 20 * MS);
+    assert_eq!(
+        used(&s, 1, t + 20 * MS) - 20 * MS,
+        8 * MS,
+        "4 launches at 2 ms, not its busy time nor half the time"
+    );
+    // a lease beside others that launched nothing (copies, or work queued before) counts as
+    // the turns give it, at most its busy time
+    s.acquire(1, 10, t + 20 * MS);
+    assert!(s.poll(t + 20 * MS).is_some());
+    s.release(10, 6 * MS, t + 40 * MS);
+    let last = used(&s, 1, t + 40 * MS) - 28 * MS;
+    assert!(last > 0 && last <= 6 * MS, "{last}");
+}
+
 /// A light process (an inference client) among saturating processes of unequal weights (one
 /// client's two training jobs beside another client's one) starts at once beside whichever of
 /// them runs, even while a heavy one that cannot start beside it is first in line: it fits,
