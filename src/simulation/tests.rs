@@ -1439,3 +1439,73 @@ fn soak_seed_34s_client_of_small_request_gets_its_due() {
     let sc = soak_seed_34();
     assert_kept(&sc, &run(&sc), batch(&sc));
 }
+
+/// GPU soak seed 26 (90 s on an H100): 20 us kernels waited for one by one (request 0.07, limit
+/// 0.87); a launch-bound MLP loop (0.12, limit 0.65; 0.05 at 75 s); 1.6 ms kernels waited for one
+/// by one and an MLP loop from 12.6 s to 64.8 s (0.06); a CUDA graph of a 354 us training step
+/// waited for every ten replays from 37.2 s (0.10); an MLP loop (0.01, limit 0.23); bursty jobs
+/// of 1.6 ms and, from 9.3 s to 79.6 s, 200 us kernels (0.04); a bursty job of 200 us kernels
+/// (0.08). On the GPU the loop of 20 us kernels got 0.009-0.050 of its due 0.15-0.25 in every
+/// window, its USED 0.002-0.011 (time-slicing gives it less still).
+fn soak_seed_26() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 90 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    let short_kernels = Workload {
+        kernel_ns: 24 * us,
+        launch_ns: 10 * us,
+        host_ns: 13 * us,
+        ..plain_loop(0, end)
+    };
+    let graph_steps = Workload {
+        launch_ns: 20 * us,
+        ..kernels(354 * us, 10, 37_200 * ms, end)
+    };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.07, 0.87, false), vec![short_kernels]),
+            client(limited(0.12, 0.65, false), vec![mlp(0, end)]),
+            client(
+                limited(0.06, 1.0, false),
+                vec![
+                    kernels(1_650 * us, 1, 0, end),
+                    mlp(12_600 * ms, 64_800 * ms),
+                ],
+            ),
+            client(limited(0.10, 1.0, false), vec![graph_steps]),
+            client(limited(0.01, 0.23, false), vec![mlp(0, end)]),
+            client(
+                limited(0.04, 1.0, false),
+                vec![
+                    bursty(1_650 * us, 0, end),
+                    bursty(218 * us, 9_300 * ms, 79_600 * ms),
+                ],
+            ),
+            client(limited(0.08, 1.0, false), vec![bursty(218 * us, 0, end)]),
+        ],
+        changes: vec![ShareChange {
+            at: 75 * S,
+            client: 1,
+            shares: limited(0.05, 0.65, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_26_explained() {
+    print_beside_time_slicing(&soak_seed_26());
+}
+
+/// GPU soak seed 26: every batch client gets its due. Not yet: the simulation gives the loop of
+/// 20 us kernels 0.09-0.13 of its due 0.15-0.19 (time-sliced 0.004-0.008, as on the GPU, where
+/// gpushare gave it less than here), and the first MLP loop 0.12-0.16 of 0.25-0.32, its USED
+/// 0.14-0.21; the others get theirs within a few points.
+#[test]
+#[ignore = "the promise is not yet kept here: a loop that waits for each 20 us kernel, and an MLP loop"]
+fn soak_seed_26s_loop_of_short_kernels_gets_its_due() {
+    let sc = soak_seed_26();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
