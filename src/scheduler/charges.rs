@@ -3,6 +3,7 @@
 //! lease's end charged to its client's virtual time, limit and USED (beside others, its launches
 //! at what they take alone), and its busy time fed to its process's demand estimate.
 
+use super::launch_cost::LaunchCosts;
 use super::{demand, fairness, Lease, Nanos, Sample, Scheduler, SessionId, LEAST_HOLDING_SHARE};
 
 impl Scheduler {
@@ -90,7 +91,6 @@ impl Scheduler {
         if !h.crowded && !h.extended {
             self.launch_costs.learn_alone(h.session, busy, h.launches);
         }
-        let launches_take = self.launch_costs.alone_take(h.session, h.launches);
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
                 // An interactive lease lasts until its process has been idle a moment after
@@ -100,15 +100,15 @@ impl Scheduler {
                 // (never more than its wall time's part), as its process reports it; beside
                 // others, where its work waited for their time slices, no more than its
                 // launches take when they wait for nobody ([`launch_cost`]).
-                owed = owed.min(busy);
                 self.launch_costs.learn(h.session, busy, h.launches);
+                owed = owed.min(busy);
                 if let Some(cap) = self.launch_costs.cap(h.session, h.launches) {
                     owed = owed.min(cap);
                 }
                 interactive_work = Some(owed);
             }
             // an interactive lease used what it is charged: its work's time, not its waits
-            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy, launches_take));
+            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy, &self.launch_costs));
             c.charge(owed, window, now);
             c.used(used, now);
             tracing::debug!(
@@ -195,17 +195,25 @@ impl Scheduler {
     }
 }
 
-/// The GPU time the work of lease `h` took, its process having reported `busy` (clamped to its
-/// wall time): all of it for a lease that ran alone; beside others, where a process's work also
-/// waits for theirs, what its launches take when its process has the GPU to itself
-/// (`launches_take`, [`launch_cost`]), or where that is not known yet (or it launched nothing)
-/// what the driver's turns gave it; no more than `busy` either way ([`Lease::used`]).
-fn lease_used(h: &Lease, busy: Nanos, launches_take: Option<Nanos>) -> Nanos {
-    if !h.crowded {
-        return busy;
+impl Lease {
+    /// The GPU time its work took so far beside others, where a process's work also waits for
+    /// theirs: what its launches take when its process has the GPU to itself ([`launch_cost`]),
+    /// or where that is not known yet (or it launched nothing) what the driver's turns gave it
+    /// ([`Lease::used`]).
+    pub(super) fn used_beside_others(&self, costs: &LaunchCosts) -> Nanos {
+        costs
+            .alone_take(self.session, self.launches)
+            .unwrap_or(self.used.round() as Nanos)
     }
-    match launches_take {
-        Some(take) => busy.min(take),
-        None => busy.min(h.used.round() as Nanos),
+}
+
+/// The GPU time the work of lease `h` took, its process having reported `busy` (clamped to its
+/// wall time): all of it for a lease that ran alone; beside others what
+/// [`Lease::used_beside_others`] says, no more than `busy`.
+fn lease_used(h: &Lease, busy: Nanos, costs: &LaunchCosts) -> Nanos {
+    if h.crowded {
+        busy.min(h.used_beside_others(costs))
+    } else {
+        busy
     }
 }

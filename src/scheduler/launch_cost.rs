@@ -44,11 +44,10 @@ impl LaunchCosts {
         if launches == 0 || busy_ns == 0 {
             return;
         }
-        let recent = self.recent.entry(session).or_default();
-        if recent.len() == RECENT_LEASES {
-            recent.pop_front();
-        }
-        recent.push_back(busy_ns as f64 / launches as f64);
+        keep_recent(
+            self.recent.entry(session).or_default(),
+            busy_ns as f64 / launches as f64,
+        );
     }
 
     /// The most a lease of `session` that launched `launches` kernels is charged: their cost
@@ -79,11 +78,7 @@ impl LaunchCosts {
         if launches == 0 {
             return;
         }
-        let alone = self.alone.entry(session).or_default();
-        if alone.len() == RECENT_LEASES {
-            alone.pop_front();
-        }
-        alone.push_back((busy_ns, launches));
+        keep_recent(self.alone.entry(session).or_default(), (busy_ns, launches));
     }
 
     /// What `launches` of `session` take on the GPU, by its leases alone: their pending time
@@ -98,6 +93,14 @@ impl LaunchCosts {
             .fold((0u64, 0u64), |(b, n), &(x, k)| (b + x, n + k));
         (count > 0).then(|| (busy as f64 / count as f64 * launches as f64).round() as Nanos)
     }
+}
+
+/// Adds `value` to a process's `recent` leases, forgetting the oldest past [`RECENT_LEASES`].
+fn keep_recent<T>(recent: &mut VecDeque<T>, value: T) {
+    if recent.len() == RECENT_LEASES {
+        recent.pop_front();
+    }
+    recent.push_back(value);
 }
 
 #[cfg(test)]

@@ -766,11 +766,12 @@ impl Scheduler {
             return None;
         }
         // its process reports no busy time at an extension: what ran so far took what the
-        // turns give it, or beside others what its launches take alone ([`Lease::used`])
-        let launches_take = self.launch_costs.alone_take(session, h.launches);
-        let used = match launches_take {
-            Some(take) if h.crowded => take.min(now.saturating_sub(h.start)),
-            _ => h.used.round() as Nanos,
+        // turns give it, or beside others what its launches take alone, at most its wall time
+        let used = if h.crowded {
+            h.used_beside_others(&self.launch_costs)
+                .min(now.saturating_sub(h.start))
+        } else {
+            h.used.round() as Nanos
         };
         c.used(used, now);
         c.grants += 1;
