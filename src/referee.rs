@@ -3,10 +3,11 @@
 //!
 //! The promise a scheduler of requests and limits makes, stated once:
 //!
-//! - A client's *demand* over a window is the fraction of the GPU its processes would have kept
-//!   busy alone over it (a saturating job: 1; a loop that waits on its host half the time: 0.5; a
-//!   job that ran half the window: half its rate). Its *cap* is the smaller of its demand and
-//!   its limit.
+//! - A client's *demand* over a window is the fraction of it its processes would have spent in
+//!   their GPU phases alone (launching work and waiting for it, as opposed to host work and
+//!   pauses): a saturating job 1; a loop that waits on its host half the time 0.5; a job that
+//!   ran half the window, half its rate; a loop bound by its launches 1, however little of the
+//!   GPU its kernels keep busy. Its *cap* is the smaller of its demand and its limit.
 //! - Its *due* share is what water-filling the GPU by the clients' requests gives it: a client
 //!   that wants less than its part gets its cap, and what it leaves goes to the others by
 //!   request, until every client has its cap or the GPU is divided
@@ -14,9 +15,9 @@
 //!   same mix under plain time-slicing gives it, what the mix could use ([`capacity`]). With requests that add up to at most 1, every client is due at
 //!   least the smaller of its demand and its request; the latency class changes when a client
 //!   runs, not how much.
-//! - What it *got* is the work its processes did over the window in units of the GPU time that
-//!   work takes alone: its progress over its progress alone, times the fraction of the GPU it
-//!   keeps busy alone.
+//! - What it *got* is the work its processes did over the window in units of the time in GPU
+//!   phases that work takes alone: its progress over its progress alone, times the fraction of
+//!   the time it spends in GPU phases alone.
 //! - The promise holds in a window when no client got less than its due minus [`TOLERANCE`],
 //!   counting only windows that start [`SETTLE_NS`] or more after a change (a process coming or
 //!   going, a share changed): shares are kept over leases, not instants.

@@ -91,6 +91,10 @@ impl Scheduler {
         if !h.crowded && !h.extended {
             self.launch_costs.learn_alone(h.session, busy, h.launches);
         }
+        if !self.interactive(h.client) {
+            self.paces
+                .learn(h.session, now, owed, h.launches, h.crowded);
+        }
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
                 // An interactive lease lasts until its process has been idle a moment after

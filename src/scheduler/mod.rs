@@ -70,6 +70,7 @@ pub mod launch_cost;
 pub mod lead;
 pub mod lease_log;
 mod overlap;
+pub mod pace;
 mod renewing;
 pub mod together;
 mod usage;
@@ -344,6 +345,7 @@ pub struct Scheduler {
     lease_log: LeaseLog,
     /// What interactive processes' launches take when they wait for nobody ([`launch_cost`]).
     launch_costs: LaunchCosts,
+    paces: pace::Paces,
     /// Leases given back before their end, by session, until their process asks again.
     early: BTreeMap<SessionId, Sample>,
     /// Sessions waiting since they came back from away ([`Scheduler::preempt_for`]).
@@ -380,6 +382,7 @@ impl Scheduler {
             probe_next: None,
             lease_log: LeaseLog::default(),
             launch_costs: LaunchCosts::default(),
+            paces: pace::Paces::default(),
             early: BTreeMap::new(),
             woken: BTreeSet::new(),
             books: BTreeMap::new(),
@@ -776,6 +779,9 @@ impl Scheduler {
         c.used(used, now);
         c.grants += 1;
         book.granted();
+        if !c.shares.interactive {
+            self.paces.learn(session, now, owed, h.launches, h.crowded);
+        }
         tracing::debug!(
             client = h.client,
             session,
@@ -862,6 +868,7 @@ impl Scheduler {
         self.woken.remove(&session);
         self.lease_log.forget(session);
         self.launch_costs.forget(session);
+        self.paces.forget(session);
         self.drains.forget(session);
         self.trials.forget(session);
         if self.present.remove(&session).is_some() {

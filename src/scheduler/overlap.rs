@@ -94,6 +94,16 @@ impl Scheduler {
         now: Nanos,
     ) -> bool {
         let demand = |s: SessionId| self.demand.get(s).unwrap_or(1.0);
+        let procs: Vec<(SessionId, ClientId)> = procs.collect();
+        let batch: Vec<SessionId> = procs
+            .iter()
+            .filter(|&&(_, c)| !self.interactive(c))
+            .map(|&(s, _)| s)
+            .collect();
+        if batch.len() > 1 && batch.iter().any(|&s| self.paces.slowed(s, now)) {
+            // a process that crawls beside others runs alone ([`super::pace`])
+            return false;
+        }
         if self.interactive_recently(now) {
             // The latency class: while it runs (or ran a moment ago) only processes that fit in
             // the room the GPU has overlap, whatever their weights, so that an interactive
@@ -102,15 +112,14 @@ impl Scheduler {
             // then wait for its one queue: waiting for each inference lease to end, its idle
             // moment included, a bursty client took 1.38 times its bursts alone beside an
             // interactive client using 0.15 of the GPU in the simulation, time-slicing 1.22.
-            let procs: Vec<(SessionId, ClientId)> = procs.collect();
-            let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c)).count();
             let demands: f64 = procs.iter().map(|&(s, _)| demand(s)).sum();
-            return (owed && batch <= 1) || demands <= fairness::CAPACITY;
+            return (owed && batch.len() <= 1) || demands <= fairness::CAPACITY;
         }
         if self.taking_turns(now) {
-            return procs.count() <= 1;
+            return procs.len() <= 1;
         }
         let procs: Vec<(f64, f64)> = procs
+            .into_iter()
             .map(|(s, c)| (demand(s), self.process_weight(c)))
             .collect();
         fairness::fair_together(&procs)

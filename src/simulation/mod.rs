@@ -2,8 +2,12 @@
 //! running their loops ([`process`]) under the hook's rules, a GPU that time-slices between
 //! their contexts as the driver does ([`gpu`]), and the scheduler itself, driven on one
 //! simulated clock from a [`Scenario`] ([`scenario`] draws one from a seed). Every window, what
-//! each client got (its processes' GPU time) is set beside what it was due
-//! ([`referee`](crate::referee)) and what the scheduler charged it.
+//! each client got is set beside what it was due ([`referee`](crate::referee)) and what the
+//! scheduler counted it used. Got and demand are measured as the GPU soak measures them: a
+//! process's demand is the part of the time it spends alone in its GPU phases (launching its
+//! work and waiting for it, as opposed to its host work and pauses), and what it got is the
+//! work it did in units of the time in GPU phases that work takes alone ([`Solo`]). For a loop
+//! bound by its launches, that is its host's time launching, not its kernels' GPU time.
 //!
 //! Nothing here reads a clock or a random source of its own: a scenario replays exactly.
 
@@ -58,9 +62,35 @@ pub struct Outcome {
     pub ran: Vec<Nanos>,
 }
 
+/// What `work` does alone, without the hook, once started up: the part of the time its kernels
+/// keep the GPU busy, and the part it spends in GPU phases (from a step's first launch until its
+/// work is done, or launched where it does not wait for it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Solo {
+    pub gpu: f64,
+    pub phases: f64,
+}
+
+impl Solo {
+    /// Time in GPU phases alone per unit of GPU time its kernels ran: what the GPU time a
+    /// process ran is worth in the referee's units.
+    pub fn phases_per_gpu(&self) -> f64 {
+        if self.gpu > 0.0 {
+            self.phases / self.gpu
+        } else {
+            1.0
+        }
+    }
+}
+
 /// The fraction of the GPU `work` keeps busy alone, without the hook, while it runs (once started
 /// up).
 pub fn solo_busy(work: &Workload) -> f64 {
+    solo(work).gpu
+}
+
+/// What `work` does alone ([`Solo`]).
+pub fn solo(work: &Workload) -> Solo {
     let span = (work.end - work.start).min(5_000_000_000);
     // its pace once started up
     let alone = Workload {
@@ -82,7 +112,12 @@ pub fn solo_busy(work: &Workload) -> f64 {
             .min(span);
     }
     gpu.advance(span);
-    gpu.ran(0) as f64 / span as f64
+    let under_way = p.step_under_way().map_or(0, |t| span.saturating_sub(t));
+    let phases: Nanos = p.latencies.iter().sum::<Nanos>() + under_way;
+    Solo {
+        gpu: gpu.ran(0) as f64 / span as f64,
+        phases: (phases as f64 / span as f64).min(1.0),
+    }
 }
 
 /// Runs `scenario` to its end under the scheduler.
@@ -120,7 +155,7 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
             owner.push(i);
         }
     }
-    let solo: Vec<f64> = procs.iter().map(|p| solo_busy(&p.work)).collect();
+    let solo: Vec<Solo> = procs.iter().map(|p| solo(&p.work)).collect();
     let mut gpu = Gpu::new(procs.len());
     let mut gone = vec![false; procs.len()];
     let mut wakes: Vec<Option<Nanos>> = vec![Some(0); procs.len()];
@@ -165,19 +200,22 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
             let clients = (0..shares.len())
                 .map(|i| {
                     let mine = (0..procs.len()).filter(|&p| owner[p] == i);
-                    let got: Nanos = mine.clone().map(|p| gpu.ran(p) - ran_at_start[p]).sum();
+                    let got: f64 = mine
+                        .clone()
+                        .map(|p| (gpu.ran(p) - ran_at_start[p]) as f64 * solo[p].phases_per_gpu())
+                        .sum();
                     let demand: f64 = mine
                         .map(|p| {
                             let w = &procs[p].work;
                             let alive = t1.min(w.end).saturating_sub(window_start.max(w.start));
-                            solo[p] * alive as f64 / WINDOW_NS as f64
+                            solo[p].phases * alive as f64 / WINDOW_NS as f64
                         })
                         .sum();
                     let used = used_by(&sched, i, now);
                     Observed {
                         shares: shares[i],
                         demand,
-                        got: got as f64 / WINDOW_NS as f64,
+                        got: got / WINDOW_NS as f64,
                         used: Some((used - used_at_start[i]) as f64 / WINDOW_NS as f64),
                     }
                 })

@@ -325,7 +325,8 @@ impl Process {
                 return (None, wake(None));
             }
             self.waiting_sync = false;
-            self.step_done(now);
+            // the wait ends once both its work and the host's launch of it are done
+            self.step_done(now.max(self.ready_at));
         }
         if now < self.ready_at {
             return (None, wake(Some(self.ready_at)));
@@ -406,6 +407,12 @@ impl Process {
             }
         }
         (None, wake(Some(self.ready_at)))
+    }
+
+    /// Since when the step under way has been running, if one is (launched in part, or waited
+    /// for).
+    pub fn step_under_way(&self) -> Option<Nanos> {
+        (self.step_left > 0 || self.waiting_sync).then_some(self.step_started)
     }
 
     /// Whether it is still starting up.

@@ -61,7 +61,8 @@ pub enum Kind {
     Graph,
     /// A training loop bound by its host: GPU steps, then host work.
     HostBound,
-    /// A small MLP whose many tiny kernels cost more to launch than to run.
+    /// A small MLP whose many tiny kernels cost more to launch than to run, or a loop that
+    /// waits for each of its tiny kernels.
     LaunchBound,
     /// Bursts of work with pauses between them.
     Bursty,
@@ -133,13 +134,30 @@ pub fn workload(kind: Kind, rng: &mut Rng, start: Nanos, end: Nanos) -> Workload
             host_ns: rng.log_range(2 * MS, 15 * MS),
             ..base
         },
-        Kind::LaunchBound => Workload {
-            kernel_ns: 8 * US,
-            kernels: 12,
-            launch_ns: 5 * US,
-            host_ns: 100 * US,
-            ..base
-        },
+        // A framework's per-operation cost is host time spent launching: a small MLP's training
+        // steps (waited for every few steps), or a loop that waits for each of its tiny kernels.
+        Kind::LaunchBound => {
+            let (kernels, kernel_ns, launch_ns) = if rng.chance(0.5) {
+                (
+                    200,
+                    rng.log_range(5 * US, 15 * US),
+                    rng.log_range(30 * US, 70 * US),
+                )
+            } else {
+                (
+                    1,
+                    rng.log_range(3 * US, 8 * US),
+                    rng.log_range(15 * US, 30 * US),
+                )
+            };
+            Workload {
+                kernel_ns,
+                kernels,
+                launch_ns,
+                host_ns: 0,
+                ..base
+            }
+        }
         Kind::Bursty => Workload {
             kernel_ns: MS,
             kernels: rng.log_range(50, 200) as u32,

@@ -1,0 +1,148 @@
+//! Which processes lose most of their progress beside others (without MPS), measured: each
+//! process's kernel launches per second it was charged in leases beside others, against the
+//! same in its leases by itself. A lease beside others is charged its part of the time (half
+//! of it beside one other), so a process that gets its part of the GPU beside them launches
+//! per second charged as it does alone: eight saturating loops together each launch at an
+//! eighth of their rate alone, and at their rate alone per second charged.
+//!
+//! A loop that waits for each of its tiny kernels keeps the GPU busy a tenth of the time alone,
+//! and its demand estimate says it fits beside anyone. Beside a process with work queued, each
+//! of its waits lasts until the driver's time slice comes back to it: on an H100, a loop of
+//! 3 us matmuls (one every 27 us alone) launched one every 0.62 ms beside others (GPU soak seed
+//! 26), and got 0.01-0.11 of a due 0.15-0.36 where its leases ran beside others' (1502 of 1534).
+//! Such a process progresses only where it has the GPU to itself: while its launches beside
+//! others run at less than [`SLOWED`] of their rate by itself, its leases share the GPU with no
+//! other batch lease.
+//!
+//! Where a process's launch rate beside others is not known for [`PACE_MEMORY`], it may start
+//! beside others again: one lease of it measures the rate anew, so a process slowed by one
+//! neighbour is not held alone for good once that neighbour has gone.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{Nanos, SessionId};
+
+/// How long a lease's launch rate counts.
+pub const PACE_MEMORY: Nanos = 10_000_000_000;
+/// A process whose launch rate beside others is below this part of its rate by itself runs
+/// alone.
+pub const SLOWED: f64 = 0.2;
+/// Leases per process and kind that count, at most (the newest).
+const LEASES: usize = 32;
+/// Leases charged less than this teach nothing (a lease given back at once launched a kernel or
+/// two).
+const LEAST_CHARGED: Nanos = 1_000_000;
+
+/// One lease's launches: when it ended, what it was charged, its launches.
+#[derive(Debug, Clone, Copy)]
+struct Stretch {
+    end: Nanos,
+    charged: Nanos,
+    launches: u64,
+}
+
+#[derive(Debug, Default)]
+struct Rates {
+    alone: VecDeque<Stretch>,
+    beside: VecDeque<Stretch>,
+}
+
+#[derive(Debug, Default)]
+pub struct Paces {
+    by_session: BTreeMap<SessionId, Rates>,
+}
+
+impl Paces {
+    /// A stretch of a batch lease of `session` ended at `now` (its end, or an extension):
+    /// `launches` where it was `charged` that much time, beside another lease at some point
+    /// (`crowded`) or by itself.
+    pub fn learn(
+        &mut self,
+        session: SessionId,
+        now: Nanos,
+        charged: Nanos,
+        launches: u64,
+        crowded: bool,
+    ) {
+        if charged < LEAST_CHARGED {
+            return;
+        }
+        let rates = self.by_session.entry(session).or_default();
+        let q = if crowded {
+            &mut rates.beside
+        } else {
+            &mut rates.alone
+        };
+        while q.len() >= LEASES || q.front().is_some_and(|s| s.end + PACE_MEMORY < now) {
+            q.pop_front();
+        }
+        q.push_back(Stretch {
+            end: now,
+            charged,
+            launches,
+        });
+    }
+
+    /// Its launches per second charged beside others over the same by itself, over the last
+    /// [`PACE_MEMORY`]; `None` where either is unknown.
+    pub fn slowdown(&self, session: SessionId, now: Nanos) -> Option<f64> {
+        let rates = self.by_session.get(&session)?;
+        let alone = rate(&rates.alone, now)?;
+        let beside = rate(&rates.beside, now)?;
+        (alone > 0.0).then_some(beside / alone)
+    }
+
+    /// Whether `session` runs alone: slowed below [`SLOWED`] beside others lately.
+    pub fn slowed(&self, session: SessionId, now: Nanos) -> bool {
+        self.slowdown(session, now).is_some_and(|x| x < SLOWED)
+    }
+
+    pub fn forget(&mut self, session: SessionId) {
+        self.by_session.remove(&session);
+    }
+}
+
+/// Launches per nanosecond charged of the stretches of the last [`PACE_MEMORY`] before `now`.
+fn rate(q: &VecDeque<Stretch>, now: Nanos) -> Option<f64> {
+    let (charged, launches) = q
+        .iter()
+        .filter(|s| s.end + PACE_MEMORY >= now)
+        .fold((0, 0), |(c, n), s| (c + s.charged, n + s.launches));
+    (charged > 0).then(|| launches as f64 / charged as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn a_process_whose_launches_beside_others_crawl_runs_alone() {
+        let mut p = Paces::default();
+        p.learn(1, 20 * MS, 20 * MS, 720, false);
+        assert!(!p.slowed(1, 20 * MS), "nothing known beside others");
+        p.learn(1, 40 * MS, 10 * MS, 30, true);
+        assert!(p.slowed(1, 40 * MS), "720 a lease alone, 30 in half of one");
+        p.learn(2, 20 * MS, 20 * MS, 800, false);
+        p.learn(2, 40 * MS, 20 * MS / 8, 100, true);
+        assert!(
+            !p.slowed(2, 40 * MS),
+            "an eighth of its pace beside seven others, charged an eighth of the time"
+        );
+        assert!(
+            !p.slowed(1, 40 * MS + PACE_MEMORY + 1),
+            "its pace beside others forgotten, it may try again"
+        );
+    }
+
+    #[test]
+    fn short_leases_teach_nothing() {
+        let mut p = Paces::default();
+        p.learn(1, 20 * MS, 20 * MS, 720, false);
+        p.learn(1, 21 * MS, MS / 2, 1, true);
+        assert_eq!(p.slowdown(1, 21 * MS), None);
+        p.forget(1);
+        assert_eq!(p.slowdown(1, 21 * MS), None);
+    }
+}
