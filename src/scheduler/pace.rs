@@ -10,9 +10,11 @@
 //! of its waits lasts until the driver's time slice comes back to it: on an H100, a loop of
 //! 3 us matmuls (one every 27 us alone) launched one every 0.62 ms beside others (GPU soak seed
 //! 26), and got 0.01-0.11 of a due 0.15-0.36 where its leases ran beside others' (1502 of 1534).
-//! Such a process progresses only where it has the GPU to itself: while its launches beside
-//! others run at less than [`SLOWED`] of their rate by itself, its leases share the GPU with no
-//! other batch lease.
+//! Such a process progresses only where it has the GPU to itself: while its launches per second
+//! charged beside others, over the last [`PACE_MEMORY`], run at less than [`SLOWED`] of the same
+//! in its last leases by itself (whatever their age: a process held beside others for long has
+//! few leases by itself, and those few, cut short by a revocation or started behind another's
+//! drained queue, read it slow), its leases share the GPU with no other batch lease.
 //!
 //! Where a process's launch rate beside others is not known for [`PACE_MEMORY`], it may start
 //! beside others again: one lease of it measures the rate anew, so a process slowed by one
@@ -25,8 +27,10 @@ use super::{Nanos, SessionId};
 /// How long a lease's launch rate counts.
 pub const PACE_MEMORY: Nanos = 10_000_000_000;
 /// A process whose launch rate beside others is below this part of its rate by itself runs
-/// alone.
-pub const SLOWED: f64 = 0.2;
+/// alone. On an H100 such a loop launched 0.02-0.2 as often per second charged beside others as
+/// by itself (GPU soak seeds 26 and 29), and a fifth let it run beside a launch-bound MLP loop at
+/// 0.2-0.3 for tens of seconds, where it got a quarter of its due.
+pub const SLOWED: f64 = 0.35;
 /// Leases per process and kind that count, at most (the newest).
 const LEASES: usize = 32;
 /// Leases charged less than this teach nothing (a lease given back at once launched a kernel or
@@ -73,7 +77,7 @@ impl Paces {
         } else {
             &mut rates.alone
         };
-        while q.len() >= LEASES || q.front().is_some_and(|s| s.end + PACE_MEMORY < now) {
+        while q.len() >= LEASES {
             q.pop_front();
         }
         q.push_back(Stretch {
@@ -83,11 +87,11 @@ impl Paces {
         });
     }
 
-    /// Its launches per second charged beside others over the same by itself, over the last
-    /// [`PACE_MEMORY`]; `None` where either is unknown.
+    /// Its launches per second charged beside others, over the last [`PACE_MEMORY`], over the
+    /// same in its last leases by itself; `None` where either is unknown.
     pub fn slowdown(&self, session: SessionId, now: Nanos) -> Option<f64> {
         let rates = self.by_session.get(&session)?;
-        let alone = rate(&rates.alone, now)?;
+        let alone = rate(&rates.alone, 0)?;
         let beside = rate(&rates.beside, now)?;
         (alone > 0.0).then_some(beside / alone)
     }
@@ -102,7 +106,8 @@ impl Paces {
     }
 }
 
-/// Launches per nanosecond charged of the stretches of the last [`PACE_MEMORY`] before `now`.
+/// Launches per nanosecond charged of the stretches of the last [`PACE_MEMORY`] before `now`
+/// (of all of them kept, with `now` 0).
 fn rate(q: &VecDeque<Stretch>, now: Nanos) -> Option<f64> {
     let (charged, launches) = q
         .iter()
