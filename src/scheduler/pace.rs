@@ -68,7 +68,9 @@ impl Paces {
         launches: u64,
         crowded: bool,
     ) {
-        if charged < LEAST_CHARGED {
+        if charged < LEAST_CHARGED || launches == 0 {
+            // a lease that launched nothing (copies, or its work queued before) says nothing
+            // of its launches' pace
             return;
         }
         let rates = self.by_session.entry(session).or_default();
@@ -142,11 +144,16 @@ mod tests {
     }
 
     #[test]
-    fn short_leases_teach_nothing() {
+    fn short_leases_and_leases_without_launches_teach_nothing() {
         let mut p = Paces::default();
         p.learn(1, 20 * MS, 20 * MS, 720, false);
         p.learn(1, 21 * MS, MS / 2, 1, true);
-        assert_eq!(p.slowdown(1, 21 * MS), None);
+        p.learn(1, 40 * MS, 10 * MS, 0, true);
+        assert_eq!(
+            p.slowdown(1, 40 * MS),
+            None,
+            "nor do leases that launched nothing"
+        );
         p.forget(1);
         assert_eq!(p.slowdown(1, 21 * MS), None);
     }

@@ -915,6 +915,73 @@ fn used_beside_others_is_what_the_launches_take_alone() {
     assert!(last > 0 && last <= 6 * MS, "{last}");
 }
 
+/// A process whose launches beside others crawl (a loop that waits for each tiny kernel, whose
+/// waits last a time slice of the other's each) runs alone from then on; one that launches at
+/// its part of its pace beside others still overlaps them.
+#[test]
+fn a_process_that_crawls_beside_others_runs_alone() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    // each alone first: process 10 made 800 launches in a 20 ms lease
+    alone_first(&mut s);
+    // beside client 2's lease (they weigh the same and overlap): 40 launches, charged 10 ms;
+    // process 20 launches at half its pace, charged half the time
+    let t = 40 * MS;
+    s.acquire(1, 10, t);
+    s.acquire(2, 20, t);
+    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    assert_eq!(granted.len(), 2, "{granted:?}");
+    s.launched(10, 40, t + 20 * MS);
+    s.launched(20, 50, t + 20 * MS);
+    s.release(10, 20 * MS, t + 20 * MS);
+    s.release(20, 20 * MS, t + 20 * MS);
+    let t = t + 20 * MS;
+    s.acquire(1, 10, t);
+    s.acquire(2, 20, t);
+    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    assert_eq!(
+        granted.len(),
+        1,
+        "a tenth of its pace per time charged: alone, {granted:?}"
+    );
+    let first = granted[0].session;
+    s.release(first, 20 * MS, t + 20 * MS);
+    let other = std::iter::from_fn(|| s.poll(t + 20 * MS)).collect::<Vec<_>>();
+    assert_eq!(other.len(), 1, "the other's turn, {other:?}");
+    assert_ne!(other[0].session, first);
+
+    // the same, launching at half its pace beside the other (its part of the GPU), and the
+    // other at half its own: they overlap
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    alone_first(&mut s);
+    for k in 2..=3 {
+        let t = k * 20 * MS;
+        s.acquire(1, 10, t);
+        s.acquire(2, 20, t);
+        let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+        assert_eq!(granted.len(), 2, "lease {k}: {granted:?}");
+        s.launched(10, 400, t + 20 * MS);
+        s.launched(20, 50, t + 20 * MS);
+        s.release(10, 20 * MS, t + 20 * MS);
+        s.release(20, 20 * MS, t + 20 * MS);
+    }
+}
+
+/// Process 10 of client 1 and process 20 of client 2 each run a lease alone, 800 and 100
+/// launches, one after the other from 0 to 40 ms.
+fn alone_first(s: &mut Scheduler) {
+    for (k, (client, session, launches)) in [(1, 10, 800), (2, 20, 100)].into_iter().enumerate() {
+        let t = k as Nanos * 20 * MS;
+        s.acquire(client, session, t);
+        assert!(s.poll(t).is_some());
+        s.launched(session, launches, t + 20 * MS);
+        s.release(session, 2 * MS, t + 20 * MS);
+    }
+}
+
 /// A light process (an inference client) among saturating processes of unequal weights (one
 /// client's two training jobs beside another client's one) starts at once beside whichever of
 /// them runs, even while a heavy one that cannot start beside it is first in line: it fits,
