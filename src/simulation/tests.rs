@@ -1542,9 +1542,9 @@ fn soak_seed_31_explained() {
 }
 
 /// GPU soak seed 31: the batch client keeps its due beside the interactive one. It does here
-/// (0.959-0.976 of 0.976), not on the GPU (0.914-0.946): the simulation's hand-overs cost no
-/// time, and on the GPU each request of the interactive client ends the batch lease and starts
-/// it again, its queue kept to a quarter meanwhile.
+/// (0.959-0.976 of 0.976), not on the GPU (0.914-0.946). The simulation's hand-overs cost no
+/// time; on the GPU the interactive client's requests end the batch lease (the latency class)
+/// and keep its queue to a quarter: what each costs there is not measured yet.
 #[test]
 fn soak_seed_31s_batch_client_keeps_its_due_beside_an_interactive_one() {
     let sc = soak_seed_31();
