@@ -4,6 +4,7 @@
 //! at what they take alone), and its busy time fed to its process's demand estimate.
 
 use super::launch_cost::LaunchCosts;
+use super::pace::Company;
 use super::{demand, fairness, Lease, Nanos, Sample, Scheduler, SessionId, LEAST_HOLDING_SHARE};
 
 impl Scheduler {
@@ -43,6 +44,7 @@ impl Scheduler {
             };
             h.used += dt * part;
             h.crowded |= n > 1.0;
+            h.beside_batch |= !interactive && batch > 1;
         }
         self.owed_at = now;
     }
@@ -93,7 +95,7 @@ impl Scheduler {
         }
         if !self.interactive(h.client) {
             self.paces
-                .learn(h.session, now, owed, h.launches, h.crowded);
+                .learn(h.session, now, owed, h.launches, h.company());
         }
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
@@ -200,6 +202,17 @@ impl Scheduler {
 }
 
 impl Lease {
+    /// Whom it ran beside ([`pace`](super::pace)).
+    pub(super) fn company(&self) -> Company {
+        if self.beside_batch {
+            Company::Batch
+        } else if self.crowded {
+            Company::Interactive
+        } else {
+            Company::Nobody
+        }
+    }
+
     /// The GPU time its work took so far beside others, where a process's work also waits for
     /// theirs: what its launches take when its process has the GPU to itself ([`launch_cost`]),
     /// or where that is not known yet (or it launched nothing) what the driver's turns gave it

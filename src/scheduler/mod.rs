@@ -279,6 +279,8 @@ struct Lease {
     used: f64,
     /// Another lease ran beside it at some moment.
     crowded: bool,
+    /// Another batch lease ran beside this batch lease at some moment.
+    beside_batch: bool,
     /// Ended early, for an interactive client or a probe first in line: no extension, the token
     /// goes back at the holder's next launch.
     revoked: bool,
@@ -435,6 +437,20 @@ impl Scheduler {
         self.holders
             .iter()
             .any(|h| h.session != session && !self.interactive(h.client))
+    }
+
+    /// Whether a batch lease runs beside another while its process crawls beside others
+    /// ([`pace`]): then none is extended, and they part at their ends.
+    fn crawling_beside_others(&self, now: Nanos) -> bool {
+        let mut batch = self.holders.iter().filter(|h| !self.interactive(h.client));
+        let first = batch.next();
+        let second = batch.next();
+        second.is_some()
+            && first
+                .into_iter()
+                .chain(second)
+                .chain(batch)
+                .any(|h| self.paces.slowed(h.session, now))
     }
 
     /// Whether any batch lease runs.
@@ -742,6 +758,7 @@ impl Scheduler {
             || self.probe_now(session)
             || self.overlapping_by_demand(now)
             || (self.taking_turns(now) && self.holders.len() > 1)
+            || self.crawling_beside_others(now)
         {
             return None;
         }
@@ -780,7 +797,8 @@ impl Scheduler {
         c.grants += 1;
         book.granted();
         if !c.shares.interactive {
-            self.paces.learn(session, now, owed, h.launches, h.crowded);
+            self.paces
+                .learn(session, now, owed, h.launches, h.company());
         }
         tracing::debug!(
             client = h.client,
@@ -801,6 +819,7 @@ impl Scheduler {
             owed: 0.0,
             used: 0.0,
             crowded: false,
+            beside_batch: false,
             revoked: false,
             alone,
             probe: false,
@@ -1272,6 +1291,7 @@ impl Scheduler {
             owed: 0.0,
             used: 0.0,
             crowded: false,
+            beside_batch: false,
             revoked: false,
             alone,
             probe,

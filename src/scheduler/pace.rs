@@ -45,6 +45,18 @@ struct Stretch {
     launches: u64,
 }
 
+/// Whom a batch lease ran beside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Company {
+    /// Nobody, from start to end.
+    Nobody,
+    /// Another batch lease at some moment.
+    Batch,
+    /// Interactive leases alone: neither measure (an inference client's requests slow any
+    /// process a little, and keep coming).
+    Interactive,
+}
+
 #[derive(Debug, Default)]
 struct Rates {
     alone: VecDeque<Stretch>,
@@ -58,23 +70,22 @@ pub struct Paces {
 
 impl Paces {
     /// A stretch of a batch lease of `session` ended at `now` (its end, or an extension):
-    /// `launches` where it was `charged` that much time, beside another lease at some point
-    /// (`crowded`) or by itself.
+    /// `launches` where it was `charged` that much time, in `company`.
     pub fn learn(
         &mut self,
         session: SessionId,
         now: Nanos,
         charged: Nanos,
         launches: u64,
-        crowded: bool,
+        company: Company,
     ) {
-        if charged < LEAST_CHARGED || launches == 0 {
+        if charged < LEAST_CHARGED || launches == 0 || company == Company::Interactive {
             // a lease that launched nothing (copies, or its work queued before) says nothing
             // of its launches' pace
             return;
         }
         let rates = self.by_session.entry(session).or_default();
-        let q = if crowded {
+        let q = if company == Company::Batch {
             &mut rates.beside
         } else {
             &mut rates.alone
@@ -127,12 +138,12 @@ mod tests {
     #[test]
     fn a_process_whose_launches_beside_others_crawl_runs_alone() {
         let mut p = Paces::default();
-        p.learn(1, 20 * MS, 20 * MS, 720, false);
+        p.learn(1, 20 * MS, 20 * MS, 720, Company::Nobody);
         assert!(!p.slowed(1, 20 * MS), "nothing known beside others");
-        p.learn(1, 40 * MS, 10 * MS, 30, true);
+        p.learn(1, 40 * MS, 10 * MS, 30, Company::Batch);
         assert!(p.slowed(1, 40 * MS), "720 a lease alone, 30 in half of one");
-        p.learn(2, 20 * MS, 20 * MS, 800, false);
-        p.learn(2, 40 * MS, 20 * MS / 8, 100, true);
+        p.learn(2, 20 * MS, 20 * MS, 800, Company::Nobody);
+        p.learn(2, 40 * MS, 20 * MS / 8, 100, Company::Batch);
         assert!(
             !p.slowed(2, 40 * MS),
             "an eighth of its pace beside seven others, charged an eighth of the time"
@@ -146,15 +157,23 @@ mod tests {
     #[test]
     fn short_leases_and_leases_without_launches_teach_nothing() {
         let mut p = Paces::default();
-        p.learn(1, 20 * MS, 20 * MS, 720, false);
-        p.learn(1, 21 * MS, MS / 2, 1, true);
-        p.learn(1, 40 * MS, 10 * MS, 0, true);
+        p.learn(1, 20 * MS, 20 * MS, 720, Company::Nobody);
+        p.learn(1, 21 * MS, MS / 2, 1, Company::Batch);
+        p.learn(1, 40 * MS, 10 * MS, 0, Company::Batch);
         assert_eq!(
             p.slowdown(1, 40 * MS),
             None,
             "nor do leases that launched nothing"
         );
+        p.learn(1, 60 * MS, 10 * MS, 30, Company::Interactive);
+        assert_eq!(
+            p.slowdown(1, 60 * MS),
+            None,
+            "nor leases beside interactive ones only"
+        );
+        p.learn(1, 80 * MS, 10 * MS, 30, Company::Batch);
+        assert!(p.slowed(1, 80 * MS));
         p.forget(1);
-        assert_eq!(p.slowdown(1, 21 * MS), None);
+        assert_eq!(p.slowdown(1, 80 * MS), None, "forgotten");
     }
 }

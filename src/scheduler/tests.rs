@@ -951,6 +951,29 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     assert_eq!(other.len(), 1, "the other's turn, {other:?}");
     assert_ne!(other[0].session, first);
 
+    // two leases together (equal weights) are no longer extended once one of them crawls
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    alone_first(&mut s);
+    let t = 40 * MS;
+    s.acquire(1, 10, t);
+    s.acquire(2, 20, t);
+    assert_eq!(std::iter::from_fn(|| s.poll(t)).count(), 2);
+    let t = t + 15 * MS;
+    s.launched(20, 40, t);
+    assert!(s.extend(20, t).is_some(), "neither crawls yet");
+    s.launched(10, 30, t);
+    assert!(
+        s.extend(10, t).is_some(),
+        "its pace is learnt at this extension"
+    );
+    s.launched(20, 40, t + 15 * MS);
+    assert!(
+        s.extend(20, t + 15 * MS).is_none(),
+        "process 10 crawls beside it"
+    );
+
     // the same, launching at half its pace beside the other (its part of the GPU), and the
     // other at half its own: they overlap
     let mut s = gated(20 * MS);

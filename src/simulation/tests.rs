@@ -1087,7 +1087,7 @@ fn soak_seed_29_explained() {
 /// client of launch-bound MLP loops get their due. On the GPU the first got 0.08-0.11 of its due
 /// 0.34-0.36: light by its demand estimate, its leases ran beside the others', and each of its
 /// waits lasted until the driver's time slice came back to it. Its launches beside others crawl
-/// now, so its leases run alone ([`crate::scheduler::pace`]): 0.33-0.36 here (0.03-0.14 without).
+/// now, so its leases run alone ([`crate::scheduler::pace`]): 0.33-0.36 here (0.02-0.03 without).
 #[test]
 fn soak_seed_29s_short_synchronizing_kernels_get_their_due() {
     let sc = soak_seed_29();
@@ -1504,7 +1504,7 @@ fn soak_seed_26_explained() {
 /// matmuls, each waited for, got 0.01-0.11 of its due 0.15-0.36: its leases ran beside others'
 /// (1502 of 1534 in a 60 s run with the daemon's debug log), where it launched a kernel every
 /// 0.62 ms (every 27 us alone). Here, as there, its leases ran beside others' by its light
-/// demand and it got 0.002-0.005 of a due 0.13-0.19; they run alone now, its launches beside
+/// demand and it got 0.02-0.04 of a due 0.15-0.19; they run alone now, its launches beside
 /// others having crawled ([`crate::scheduler::pace`]), and it gets 0.15-0.26.
 #[test]
 fn soak_seed_26s_loop_of_short_kernels_gets_its_due() {
