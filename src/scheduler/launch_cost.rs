@@ -96,7 +96,7 @@ impl LaunchCosts {
 }
 
 /// Adds `value` to a process's `recent` leases, forgetting the oldest past [`RECENT_LEASES`].
-fn keep_recent<T>(recent: &mut VecDeque<T>, value: T) {
+pub(super) fn keep_recent<T>(recent: &mut VecDeque<T>, value: T) {
     if recent.len() == RECENT_LEASES {
         recent.pop_front();
     }

@@ -442,15 +442,9 @@ impl Scheduler {
     /// Whether a batch lease runs beside another while its process crawls beside others
     /// ([`pace`]): then none is extended, and they part at their ends.
     fn crawling_beside_others(&self, now: Nanos) -> bool {
-        let mut batch = self.holders.iter().filter(|h| !self.interactive(h.client));
-        let first = batch.next();
-        let second = batch.next();
-        second.is_some()
-            && first
-                .into_iter()
-                .chain(second)
-                .chain(batch)
-                .any(|h| self.paces.slowed(h.session, now))
+        let holding: Vec<(SessionId, ClientId)> =
+            self.holders.iter().map(|h| (h.session, h.client)).collect();
+        self.one_crawls_among(&holding, now)
     }
 
     /// Whether any batch lease runs.

@@ -72,6 +72,13 @@ impl Scheduler {
         fairness::fair_together(&procs)
     }
 
+    /// Whether these processes (session, client) include two or more batch ones, one of which
+    /// crawls beside others ([`super::pace`]).
+    pub(super) fn one_crawls_among(&self, procs: &[(SessionId, ClientId)], now: Nanos) -> bool {
+        let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c));
+        batch.clone().count() > 1 && batch.into_iter().any(|&(s, _)| self.paces.slowed(s, now))
+    }
+
     /// Whether `next` of client `id` may start beside the running leases: by the processes'
     /// demands and weights, the driver's turns would give each what the scheduler would
     /// ([`fairness::fair_together`]). While an interactive client is active
@@ -95,15 +102,11 @@ impl Scheduler {
     ) -> bool {
         let demand = |s: SessionId| self.demand.get(s).unwrap_or(1.0);
         let procs: Vec<(SessionId, ClientId)> = procs.collect();
-        let batch: Vec<SessionId> = procs
-            .iter()
-            .filter(|&&(_, c)| !self.interactive(c))
-            .map(|&(s, _)| s)
-            .collect();
-        if batch.len() > 1 && batch.iter().any(|&s| self.paces.slowed(s, now)) {
+        if self.one_crawls_among(&procs, now) {
             // a process that crawls beside others runs alone ([`super::pace`])
             return false;
         }
+        let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c)).count();
         if self.interactive_recently(now) {
             // The latency class: while it runs (or ran a moment ago) only processes that fit in
             // the room the GPU has overlap, whatever their weights, so that an interactive
@@ -113,7 +116,7 @@ impl Scheduler {
             // moment included, a bursty client took 1.38 times its bursts alone beside an
             // interactive client using 0.15 of the GPU in the simulation, time-slicing 1.22.
             let demands: f64 = procs.iter().map(|&(s, _)| demand(s)).sum();
-            return (owed && batch.len() <= 1) || demands <= fairness::CAPACITY;
+            return (owed && batch <= 1) || demands <= fairness::CAPACITY;
         }
         if self.taking_turns(now) {
             return procs.len() <= 1;

@@ -12,7 +12,8 @@
 //! 26), and got 0.01-0.11 of a due 0.15-0.36 where its leases ran beside others' (1502 of 1534).
 //! Such a process progresses only where it has the GPU to itself: while its launches per second
 //! charged beside others, over the last [`PACE_MEMORY`], run at less than [`SLOWED`] of the same
-//! in its last leases by itself (whatever their age: a process held beside others for long has
+//! in its last [`RECENT_LEASES`](super::launch_cost::RECENT_LEASES) leases by
+//! itself (whatever their age: a process held beside others for long has
 //! few leases by itself, and those few, cut short by a revocation or started behind another's
 //! drained queue, read it slow), its leases share the GPU with no other batch lease.
 //!
@@ -22,6 +23,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::launch_cost::keep_recent;
 use super::{Nanos, SessionId};
 
 /// How long a lease's launch rate counts.
@@ -31,8 +33,6 @@ pub const PACE_MEMORY: Nanos = 10_000_000_000;
 /// by itself (GPU soak seeds 26 and 29), and a fifth let it run beside a launch-bound MLP loop at
 /// 0.2-0.3 for tens of seconds, where it got a quarter of its due.
 pub const SLOWED: f64 = 0.35;
-/// Leases per process and kind that count, at most (the newest).
-const LEASES: usize = 32;
 /// Leases charged less than this teach nothing (a lease given back at once launched a kernel or
 /// two).
 const LEAST_CHARGED: Nanos = 1_000_000;
@@ -90,22 +90,22 @@ impl Paces {
         } else {
             &mut rates.alone
         };
-        while q.len() >= LEASES {
-            q.pop_front();
-        }
-        q.push_back(Stretch {
-            end: now,
-            charged,
-            launches,
-        });
+        keep_recent(
+            q,
+            Stretch {
+                end: now,
+                charged,
+                launches,
+            },
+        );
     }
 
     /// Its launches per second charged beside others, over the last [`PACE_MEMORY`], over the
     /// same in its last leases by itself; `None` where either is unknown.
     pub fn slowdown(&self, session: SessionId, now: Nanos) -> Option<f64> {
         let rates = self.by_session.get(&session)?;
-        let alone = rate(&rates.alone, 0)?;
-        let beside = rate(&rates.beside, now)?;
+        let alone = rate(rates.alone.iter())?;
+        let beside = rate(rates.beside.iter().filter(|s| s.end + PACE_MEMORY >= now))?;
         (alone > 0.0).then_some(beside / alone)
     }
 
@@ -119,13 +119,9 @@ impl Paces {
     }
 }
 
-/// Launches per nanosecond charged of the stretches of the last [`PACE_MEMORY`] before `now`
-/// (of all of them kept, with `now` 0).
-fn rate(q: &VecDeque<Stretch>, now: Nanos) -> Option<f64> {
-    let (charged, launches) = q
-        .iter()
-        .filter(|s| s.end + PACE_MEMORY >= now)
-        .fold((0, 0), |(c, n), s| (c + s.charged, n + s.launches));
+/// Launches per nanosecond charged of `stretches`.
+fn rate<'a>(stretches: impl Iterator<Item = &'a Stretch>) -> Option<f64> {
+    let (charged, launches) = stretches.fold((0, 0), |(c, n), s| (c + s.charged, n + s.launches));
     (charged > 0).then(|| launches as f64 / charged as f64)
 }
 

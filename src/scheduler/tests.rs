@@ -920,11 +920,8 @@ fn used_beside_others_is_what_the_launches_take_alone() {
 /// its part of its pace beside others still overlaps them.
 #[test]
 fn a_process_that_crawls_beside_others_runs_alone() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
     // each alone first: process 10 made 800 launches in a 20 ms lease
-    alone_first(&mut s);
+    let mut s = two_equal_clients_each_alone_first();
     // beside client 2's lease (they weigh the same and overlap): 40 launches, charged 10 ms;
     // process 20 launches at half its pace, charged half the time
     let t = 40 * MS;
@@ -952,10 +949,7 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     assert_ne!(other[0].session, first);
 
     // two leases together (equal weights) are no longer extended once one of them crawls
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
-    alone_first(&mut s);
+    let mut s = two_equal_clients_each_alone_first();
     let t = 40 * MS;
     s.acquire(1, 10, t);
     s.acquire(2, 20, t);
@@ -976,10 +970,7 @@ fn a_process_that_crawls_beside_others_runs_alone() {
 
     // the same, launching at half its pace beside the other (its part of the GPU), and the
     // other at half its own: they overlap
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
-    alone_first(&mut s);
+    let mut s = two_equal_clients_each_alone_first();
     for k in 2..=3 {
         let t = k * 20 * MS;
         s.acquire(1, 10, t);
@@ -993,9 +984,12 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     }
 }
 
-/// Process 10 of client 1 and process 20 of client 2 each run a lease alone, 800 and 100
+/// Two clients of request 0.5, whose processes 10 and 20 each ran a lease alone, 800 and 100
 /// launches, one after the other from 0 to 40 ms.
-fn alone_first(s: &mut Scheduler) {
+fn two_equal_clients_each_alone_first() -> Scheduler {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
     for (k, (client, session, launches)) in [(1, 10, 800), (2, 20, 100)].into_iter().enumerate() {
         let t = k as Nanos * 20 * MS;
         s.acquire(client, session, t);
@@ -1003,6 +997,7 @@ fn alone_first(s: &mut Scheduler) {
         s.launched(session, launches, t + 20 * MS);
         s.release(session, 2 * MS, t + 20 * MS);
     }
+    s
 }
 
 /// A light process (an inference client) among saturating processes of unequal weights (one
