@@ -46,7 +46,7 @@
 use std::fmt;
 
 /// Bumped on any incompatible change of the messages below.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 /// Largest payload a frame may carry.
 pub const MAX_FRAME: usize = 4096;
 /// Longest client name.
@@ -148,11 +148,14 @@ pub enum Request {
     /// pending on the GPU; the daemon uses it (clamped to the lease's wall time) to estimate how
     /// much of the GPU the client needs, never to charge it. `launches` is the number of kernels
     /// the process launched since its last `Release`, `Renew` or `Extend`: its progress, by which
-    /// the scheduler chooses whether leases run together or take turns. No reply.
+    /// the scheduler chooses whether leases run together or take turns. `active_ns` is the time
+    /// since that report in which the process was in its GPU phases: work pending, or launching
+    /// (gaps of under 200 us between launches); the daemon counts USED by it. No reply.
     Release {
         device: DeviceId,
         busy_ns: u64,
         launches: u64,
+        active_ns: u64,
     },
     /// Count `bytes` of memory on `device` against the client's cap there before allocating
     /// them. Answered by [`Reply::Reserved`] or [`Reply::OverCap`].
@@ -160,20 +163,25 @@ pub enum Request {
     /// Memory on `device` counted by an earlier `Reserve` was freed (or its allocation failed).
     /// No reply.
     Unreserve { device: DeviceId, bytes: u64 },
-    /// Give the token of `device` back (with `busy_ns` and `launches` as in `Release`) and ask for it again,
+    /// Give the token of `device` back (with `busy_ns`, `launches` and `active_ns` as in `Release`) and ask for it again,
     /// in one step, so that the scheduler weighs this process among the waiting ones when it
     /// hands the token on. Answered by [`Reply::Grant`].
     Renew {
         device: DeviceId,
         busy_ns: u64,
         launches: u64,
+        active_ns: u64,
     },
     /// At the end of a lease on `device`, keep the token for another lease without first
     /// waiting for the work queued in this one, if the client would get the next lease anyway
     /// (no waiting process goes before it). Answered by [`Reply::Grant`] or
-    /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`). `launches` as
-    /// in `Release`.
-    Extend { device: DeviceId, launches: u64 },
+    /// [`Reply::NotExtended`] (then the client drains its work and sends `Renew`). `launches` and
+    /// `active_ns` as in `Release`.
+    Extend {
+        device: DeviceId,
+        launches: u64,
+        active_ns: u64,
+    },
     /// First request on a connection of an attached process for the token of `device`, its
     /// lane: afterwards it carries [`Request::Acquire`], [`Request::Release`],
     /// [`Request::Renew`] and [`Request::Extend`] about `device` alone, and their replies, for as
@@ -483,23 +491,31 @@ impl Request {
                 f.str(by);
             }
             Request::Acquire { device } => f.put(&device.0),
-            Request::Extend { device, launches } => {
+            Request::Extend {
+                device,
+                launches,
+                active_ns,
+            } => {
                 f.put(&device.0);
                 f.u64(*launches);
+                f.u64(*active_ns);
             }
             Request::Release {
                 device,
                 busy_ns,
                 launches,
+                active_ns,
             }
             | Request::Renew {
                 device,
                 busy_ns,
                 launches,
+                active_ns,
             } => {
                 f.put(&device.0);
                 f.u64(*busy_ns);
                 f.u64(*launches);
+                f.u64(*active_ns);
             }
             Request::Reserve { device, bytes } | Request::Unreserve { device, bytes } => {
                 f.put(&device.0);
@@ -560,6 +576,7 @@ impl Request {
                 device: r.device()?,
                 busy_ns: r.u64()?,
                 launches: r.u64()?,
+                active_ns: r.u64()?,
             },
             4 => Request::Reserve {
                 device: r.device()?,
@@ -573,10 +590,12 @@ impl Request {
                 device: r.device()?,
                 busy_ns: r.u64()?,
                 launches: r.u64()?,
+                active_ns: r.u64()?,
             },
             7 => Request::Extend {
                 device: r.device()?,
                 launches: r.u64()?,
+                active_ns: r.u64()?,
             },
             8 => Request::Watch { session: r.u64()? },
             9 => Request::Status,
@@ -811,6 +830,7 @@ mod tests {
                 device: GPU1,
                 busy_ns: 123_456_789,
                 launches: 4_321,
+                active_ns: 0,
             },
             Request::Reserve {
                 device: GPU0,
@@ -824,10 +844,12 @@ mod tests {
                 device: GPU0,
                 busy_ns: 20_000_000,
                 launches: 0,
+                active_ns: 0,
             },
             Request::Extend {
                 device: GPU1,
                 launches: u64::MAX,
+                active_ns: 0,
             },
             Request::Watch { session: 77 },
             Request::Lane {

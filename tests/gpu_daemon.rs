@@ -332,6 +332,7 @@ fn activity_without_a_lease_is_reported_and_a_lease_holders_is_not() {
         device: GPU0,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     let released_at = Instant::now();
     holder.lease();

@@ -994,6 +994,71 @@ fn a_lease_reports_the_gpu_time_of_its_launches_and_waits_not_their_pending_time
     );
 }
 
+/// A lease reports the time its process was in its GPU phases (`active_ns`): a loop of tiny
+/// kernels, each waited for, is active in most of its leases (0.91 here), though its work is
+/// pending in a small part of them (0.02); the same loop pausing 3 ms between its kernels is
+/// not (0.001).
+#[test]
+fn a_lease_reports_its_time_in_gpu_phases() {
+    use gpushare::protocol::Request;
+    let Some(_serial) = prepare() else {
+        return;
+    };
+    // The parts of its leases' time that a loop reported busy and active.
+    let reported = |gap_us: u32| {
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, server) = recording_daemon(dir.path());
+        let (_gpu_dir, _log, gpu) = shared_gpu_files();
+        let out = Run::new(Via::ProcAddress)
+            .socket(&socket)
+            .env("FAKE_CUDA_GPU", &gpu.display().to_string())
+            .output(&[&format!("run:600:5000:1:{gap_us}")]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen = server.join().unwrap();
+        let (mut busy, mut active, mut held, mut granted) = (0u64, 0u64, 0u64, None);
+        for (at, r) in &seen {
+            match r {
+                Request::Acquire { .. } => granted = Some(*at),
+                Request::Release {
+                    busy_ns, active_ns, ..
+                }
+                | Request::Renew {
+                    busy_ns, active_ns, ..
+                } => {
+                    if let Some(g) = granted.take() {
+                        held += (*at - g).as_nanos() as u64;
+                        busy += busy_ns;
+                        active += active_ns;
+                    }
+                    if matches!(r, Request::Renew { .. }) {
+                        granted = Some(*at);
+                    }
+                }
+                // refused here: the lease goes on, and its end reports what is left
+                Request::Extend { active_ns, .. } => active += active_ns,
+                _ => {}
+            }
+        }
+        assert!(held > 300_000_000, "leases held {} ms", held / 1_000_000);
+        (busy as f64 / held as f64, active as f64 / held as f64)
+    };
+    let (busy, active) = reported(0);
+    assert!(
+        active > 0.3 && active > 5.0 * busy,
+        "launching: active {active:.2} of the leases' time, busy {busy:.2}"
+    );
+    let (busy, active) = reported(3000);
+    assert!(
+        active < 0.3,
+        "pausing: active {active:.2} of the leases' time, busy {busy:.2}"
+    );
+}
+
 /// A lease granted while others wait (the grant's contended flag) goes back once its process
 /// has left the GPU for an eighth of it, long before its end; one nobody waited for is kept to
 /// its end. Leases of 400 ms, a pause of 1 s after 2 ms of kernels.

@@ -91,6 +91,7 @@ fn a_scrape_reports_usage_per_client_and_user() {
         device: GPU0,
         busy_ns: u64::MAX,
         launches: 0,
+        active_ns: 0,
     });
 
     let train = "{client=\"train\",user=\"root\"}";
@@ -324,6 +325,7 @@ fn hold_turns(
             device,
             busy_ns: u64::MAX,
             launches: 0,
+            active_ns: 0,
         });
     }
 }

@@ -30,24 +30,35 @@ fn request() -> impl Strategy<Value = Request> {
                 reserved,
             }),
         device().prop_map(|device| Request::Acquire { device }),
-        (device(), any::<u64>(), any::<u64>()).prop_map(|(device, busy_ns, launches)| {
-            Request::Release {
-                device,
-                busy_ns,
-                launches,
+        (device(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(device, busy_ns, launches, active_ns)| {
+                Request::Release {
+                    device,
+                    busy_ns,
+                    launches,
+                    active_ns,
+                }
             }
-        }),
+        ),
         (device(), any::<u64>()).prop_map(|(device, bytes)| Request::Reserve { device, bytes }),
         (device(), any::<u64>()).prop_map(|(device, bytes)| Request::Unreserve { device, bytes }),
-        (device(), any::<u64>(), any::<u64>()).prop_map(|(device, busy_ns, launches)| {
-            Request::Renew {
+        (device(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(device, busy_ns, launches, active_ns)| {
+                Request::Renew {
+                    device,
+                    busy_ns,
+                    launches,
+                    active_ns,
+                }
+            }
+        ),
+        (device(), any::<u64>(), any::<u64>()).prop_map(|(device, launches, active_ns)| {
+            Request::Extend {
                 device,
-                busy_ns,
                 launches,
+                active_ns,
             }
         }),
-        (device(), any::<u64>())
-            .prop_map(|(device, launches)| Request::Extend { device, launches }),
         any::<u64>().prop_map(|session| Request::Watch { session }),
         (any::<u64>(), device()).prop_map(|(session, device)| Request::Lane { session, device }),
         Just(Request::Status),

@@ -212,6 +212,7 @@ fn by_default_equal_weights_share_the_gpu_and_unequal_ones_take_turns() {
         device: GPU0,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     assert!(matches!(
         b.recv_within(Duration::from_millis(300)),
@@ -257,6 +258,7 @@ fn token_alternates_and_a_crashed_holder_frees_it() {
         device: GPU0,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     a.send(&Request::Acquire { device: GPU0 });
     assert_eq!(a.recv_within(Duration::from_millis(50)), None);
@@ -334,6 +336,7 @@ fn concurrent_leases_let_that_many_processes_hold_at_once() {
         device: GPU0,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     assert!(matches!(
         conns[waiting].recv_within(Duration::from_millis(200)),
@@ -351,6 +354,7 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     b.send(&Request::Extend {
         device: GPU0,
         launches: 0,
+        active_ns: 0,
     });
     assert_eq!(
         b.recv(),
@@ -362,6 +366,7 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     a.send(&Request::Extend {
         device: GPU0,
         launches: 0,
+        active_ns: 0,
     });
     assert_eq!(
         a.recv(),
@@ -376,12 +381,14 @@ fn a_lease_is_extended_only_while_nobody_waits() {
     a.send(&Request::Extend {
         device: GPU0,
         launches: 0,
+        active_ns: 0,
     });
     assert_eq!(a.recv(), Some(Reply::NotExtended), "b waits");
     a.send(&Request::Renew {
         device: GPU0,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     assert!(
         matches!(
@@ -440,6 +447,7 @@ fn forged_gpu_time_locks_nobody_out() {
         device: GPU0,
         busy_ns: u64::MAX,
         launches: 0,
+        active_ns: 0,
     });
     assert!(matches!(
         b.recv_within(Duration::from_secs(1)),
@@ -450,6 +458,7 @@ fn forged_gpu_time_locks_nobody_out() {
         device: GPU0,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     assert!(
         matches!(
@@ -489,6 +498,7 @@ fn forged_launch_counts_lock_nobody_out() {
                     device: GPU0,
                     busy_ns: 20_000_000,
                     launches: if i == 0 { u64::MAX } else { 1000 },
+                    active_ns: 0,
                 });
             }
         }
@@ -499,6 +509,7 @@ fn forged_launch_counts_lock_nobody_out() {
     late.send(&Request::Extend {
         device: GPU0,
         launches: u64::MAX,
+        active_ns: 0,
     });
     assert_eq!(
         late.recv(),
@@ -618,6 +629,7 @@ fn an_interactive_client_revokes_the_batch_lease() {
     batch.send(&Request::Extend {
         device: GPU0,
         launches: 0,
+        active_ns: 0,
     });
     assert_eq!(
         batch.recv(),
@@ -629,12 +641,14 @@ fn an_interactive_client_revokes_the_batch_lease() {
         device: GPU0,
         busy_ns: u64::MAX,
         launches: 0,
+        active_ns: 0,
     });
     assert_eq!(batch.recv_within(Duration::from_millis(100)), None);
     live.send(&Request::Release {
         device: GPU0,
         busy_ns: 1000,
         launches: 0,
+        active_ns: 0,
     });
     assert!(
         matches!(
@@ -728,12 +742,14 @@ fn leases_on_two_gpus_run_at_once_and_on_one_gpu_alternate() {
         device: GPU1,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     assert_eq!(b2.recv_within(Duration::from_millis(100)), None);
     a.send(&Request::Release {
         device: GPU0,
         busy_ns: 0,
         launches: 0,
+        active_ns: 0,
     });
     assert!(
         matches!(
@@ -746,11 +762,13 @@ fn leases_on_two_gpus_run_at_once_and_on_one_gpu_alternate() {
     b.send(&Request::Extend {
         device: GPU1,
         launches: 0,
+        active_ns: 0,
     });
     assert!(matches!(b.recv(), Some(Reply::Grant { .. })));
     a.send(&Request::Extend {
         device: GPU1,
         launches: 0,
+        active_ns: 0,
     });
     assert_eq!(a.recv(), Some(Reply::NotExtended));
 }

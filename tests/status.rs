@@ -337,6 +337,7 @@ fn busy_process(d: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()
                     device: GPU0,
                     busy_ns: lease_ns,
                     launches: 0,
+                    active_ns: 0,
                 });
             }
         }

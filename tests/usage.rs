@@ -112,6 +112,7 @@ fn usage_is_kept_across_restarts_by_user_and_client() {
         device: GPU0,
         busy_ns: u64::MAX,
         launches: 0,
+        active_ns: 0,
     });
     // a usage query samples the daemon: from here on the memory held counts
     usage(&d, &[]);

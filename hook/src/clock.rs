@@ -38,12 +38,27 @@ pub fn fast_now() -> u64 {
 
 /// The [`fast_now`] value `lease_ns` from now.
 pub fn fast_deadline(lease_ns: u64) -> u64 {
-    let ticks = if USE_TSC.load(Relaxed) {
-        ((lease_ns as u128 * TICKS_PER_NS_Q32.load(Relaxed) as u128) >> 32) as u64
+    fast_now().saturating_add(fast_ticks(lease_ns))
+}
+
+/// `ns` in [`fast_now`]'s unit.
+#[inline(always)]
+pub fn fast_ticks(ns: u64) -> u64 {
+    if USE_TSC.load(Relaxed) {
+        ((ns as u128 * TICKS_PER_NS_Q32.load(Relaxed) as u128) >> 32) as u64
     } else {
-        lease_ns
-    };
-    fast_now().saturating_add(ticks)
+        ns
+    }
+}
+
+/// `ticks` of [`fast_now`] in nanoseconds.
+pub fn ns_of_ticks(ticks: u64) -> u64 {
+    if USE_TSC.load(Relaxed) {
+        let per_ns = TICKS_PER_NS_Q32.load(Relaxed).max(1);
+        (((ticks as u128) << 32) / per_ns as u128).min(u64::MAX as u128) as u64
+    } else {
+        ticks
+    }
 }
 
 /// Chooses the launch-path clock, once, when the process attaches. `choice` (from
@@ -108,5 +123,7 @@ mod tests {
         while fast_now() < d {}
         let waited = now_ns() - start;
         assert!((9_000_000..30_000_000).contains(&waited), "{waited}");
+        let back = ns_of_ticks(fast_ticks(10_000_000));
+        assert!((9_990_000..10_010_000).contains(&back), "{back}");
     }
 }

@@ -632,6 +632,7 @@ pub fn renew(lane: Lane, device: DeviceId, busy_ns: u64, spin: Duration) -> Opti
             device,
             busy_ns,
             launches: crate::pacing::unreported_launches(lane),
+            active_ns: crate::pacing::unreported_active(lane),
         };
         match l.call_untimed(&request, spin)? {
             Reply::Grant { lease_ns, flags } => Ok(granted(lane, lease_ns, flags, false)),
@@ -645,8 +646,12 @@ pub fn renew(lane: Lane, device: DeviceId, busy_ns: u64, spin: Duration) -> Opti
 /// wait; `None` otherwise (or when unmanaged).
 pub fn extend(lane: Lane, device: DeviceId) -> Option<(u64, bool)> {
     with_lane(lane, device, |l| {
-        let launches = crate::pacing::unreported_launches(lane);
-        match l.call(&Request::Extend { device, launches })? {
+        let request = Request::Extend {
+            device,
+            launches: crate::pacing::unreported_launches(lane),
+            active_ns: crate::pacing::unreported_active(lane),
+        };
+        match l.call(&request)? {
             Reply::Grant { lease_ns, flags } => Ok(Some((
                 granted(lane, lease_ns, flags, true),
                 flags & proto::protocol::GRANT_CONTENDED != 0,
@@ -659,13 +664,15 @@ pub fn extend(lane: Lane, device: DeviceId) -> Option<(u64, bool)> {
 }
 
 /// Gives the token of `device` (the GPU of `lane`) back with the time its work kept the GPU
-/// busy (and the launches since the last report, as `renew` and `extend` do).
+/// busy (and the launches and the time in GPU phases since the last report, as `renew` and
+/// `extend` do).
 pub fn release(lane: Lane, device: DeviceId, busy_ns: u64) {
     with_lane(lane, device, |l| {
         l.send(&Request::Release {
             device,
             busy_ns,
             launches: crate::pacing::unreported_launches(lane),
+            active_ns: crate::pacing::unreported_active(lane),
         })
     });
 }

@@ -74,6 +74,8 @@ pub static GPU_TIMED: Counter = Counter::new();
 pub static LEASE_NS: Counter = Counter::new();
 pub static PENDING_NS: Counter = Counter::new();
 pub static REPORTED_BUSY_NS: Counter = Counter::new();
+/// Nanoseconds of time in GPU phases reported (the pacing's activity).
+pub static ACTIVE_NS: Counter = Counter::new();
 /// How often the process was taught that it stays away once it pauses.
 pub static STAYS_AWAY: Counter = Counter::new();
 
@@ -95,7 +97,7 @@ pub fn line() -> String {
          timed ({} slow on the host), \
          {} lowered the time per launch learnt, {} seen done too late to learn from, now {} us \
          (at most {} us); {:.1} ms of leases, {:.1} ms pending, {:.1} ms busy reported ({} \
-         timings for it, {} waits for the GPU); taught {} times to give contended leases back \
+         timings for it, {} waits for the GPU), {:.1} ms active reported; taught {} times to give contended leases back \
          early in pauses",
         GRANTS.get(),
         EXTENSIONS.get(),
@@ -120,6 +122,7 @@ pub fn line() -> String {
         ms(&REPORTED_BUSY_NS),
         GPU_TIMED.get(),
         WAITS.get(),
+        ms(&ACTIVE_NS),
         STAYS_AWAY.get(),
     )
 }

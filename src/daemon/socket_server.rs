@@ -342,8 +342,9 @@ fn lease_request(st: &mut State, session: u64, request: Request) -> Option<Reply
             device,
             busy_ns,
             launches,
+            active_ns,
         } => {
-            st.launched(session, device, launches);
+            st.launched(session, device, launches, active_ns);
             st.release(session, device, busy_ns);
             None
         }
@@ -351,13 +352,18 @@ fn lease_request(st: &mut State, session: u64, request: Request) -> Option<Reply
             device,
             busy_ns,
             launches,
+            active_ns,
         } => {
-            st.launched(session, device, launches);
+            st.launched(session, device, launches, active_ns);
             st.renew(session, device, busy_ns);
             None
         }
-        Request::Extend { device, launches } => {
-            st.launched(session, device, launches);
+        Request::Extend {
+            device,
+            launches,
+            active_ns,
+        } => {
+            st.launched(session, device, launches, active_ns);
             Some(st.extend(session, device))
         }
         _ => None,

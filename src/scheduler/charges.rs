@@ -85,13 +85,14 @@ impl Scheduler {
     pub(super) fn end_lease(&mut self, h: Lease, busy_ns: Nanos, now: Nanos) {
         let wall = now.saturating_sub(h.start);
         let busy = busy_ns.min(wall);
+        let active = h.active.max(busy).min(wall);
         let mut owed = h.owed.round() as Nanos;
         let window = self.burst_window;
         let mut interactive_work = None;
         // a lease that ran by itself from an empty queue teaches what its process's launches
-        // take on the GPU; beside others USED counts them at that ([`lease_used`])
+        // take in GPU phases; beside others USED counts them at that ([`lease_used`])
         if !h.crowded && !h.extended {
-            self.launch_costs.learn_alone(h.session, busy, h.launches);
+            self.launch_costs.learn_alone(h.session, active, h.launches);
         }
         if !self.interactive(h.client) {
             self.paces
@@ -114,7 +115,8 @@ impl Scheduler {
                 interactive_work = Some(owed);
             }
             // an interactive lease used what it is charged: its work's time, not its waits
-            let used = interactive_work.unwrap_or_else(|| lease_used(&h, busy, &self.launch_costs));
+            let used = interactive_work
+                .unwrap_or_else(|| lease_used(&h, busy, active, &self.launch_costs));
             c.charge(owed, window, now);
             c.used(used, now);
             tracing::debug!(
@@ -122,6 +124,7 @@ impl Scheduler {
                 session = h.session,
                 wall_ms = wall as f64 / 1e6,
                 busy_ms = busy as f64 / 1e6,
+                active_ms = active as f64 / 1e6,
                 owed_ms = owed as f64 / 1e6,
                 used_ms = used as f64 / 1e6,
                 alone = h.alone,
@@ -213,24 +216,46 @@ impl Lease {
         }
     }
 
-    /// The GPU time its work took so far beside others, where a process's work also waits for
-    /// theirs: what its launches take when its process has the GPU to itself ([`launch_cost`]),
-    /// or where that is not known yet (or it launched nothing) what the driver's turns gave it
-    /// ([`Lease::used`]).
-    pub(super) fn used_beside_others(&self, costs: &LaunchCosts) -> Nanos {
+    /// What USED counts for it at an extension at `now`, where its process reports its time in
+    /// GPU phases and no busy time: alone, that time; beside others its launches at what they
+    /// took by themselves ([`lease_used`]), or where that is not known yet what the turns gave
+    /// it; at most that time. A lease whose process reported none counts what the turns gave it.
+    pub(super) fn used_so_far(&self, now: Nanos, costs: &LaunchCosts) -> Nanos {
+        let wall = now.saturating_sub(self.start);
+        let active = if self.active == 0 {
+            wall
+        } else {
+            self.active.min(wall)
+        };
+        let turns = self.used.round() as Nanos;
+        if !self.crowded {
+            return if self.active == 0 { turns } else { active };
+        }
         costs
             .alone_take(self.session, self.launches)
-            .unwrap_or(self.used.round() as Nanos)
+            .unwrap_or(turns)
+            .min(active)
     }
 }
 
-/// The GPU time the work of lease `h` took, its process having reported `busy` (clamped to its
-/// wall time): all of it for a lease that ran alone; beside others what
-/// [`Lease::used_beside_others`] says, no more than `busy`.
-fn lease_used(h: &Lease, busy: Nanos, costs: &LaunchCosts) -> Nanos {
-    if h.crowded {
-        busy.min(h.used_beside_others(costs))
-    } else {
-        busy
+/// The GPU time that the work of lease `h` took, in units of its process's time in GPU phases
+/// alone: its process reported `busy` (work pending) and `active` (in GPU phases: work pending
+/// or launching; at least `busy`), both at most its wall time. A lease that ran alone took all of
+/// `active`. Beside others, where a process's work also waits for theirs, its launches at what
+/// they took in its process's leases by themselves ([`launch_cost`]); where that is not known
+/// yet (or it launched nothing), `active` scaled by the part of its pending time that the
+/// driver's turns gave its work ([`Lease::used`] over `busy`). At most `active` either way.
+fn lease_used(h: &Lease, busy: Nanos, active: Nanos, costs: &LaunchCosts) -> Nanos {
+    if !h.crowded {
+        return active;
     }
+    let by_turns = if busy == 0 {
+        active
+    } else {
+        (h.used * active as f64 / busy as f64).round() as Nanos
+    };
+    costs
+        .alone_take(h.session, h.launches)
+        .unwrap_or(by_turns)
+        .min(active)
 }

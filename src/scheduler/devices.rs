@@ -161,6 +161,14 @@ impl Schedulers {
         }
     }
 
+    /// `session` spent `active_ns` in its GPU phases on `device` since its last report
+    /// ([`Scheduler::was_active`]).
+    pub fn was_active(&mut self, device: DeviceId, session: SessionId, active_ns: Nanos) {
+        if let Some(s) = self.devices.get_mut(&device) {
+            s.was_active(session, active_ns);
+        }
+    }
+
     /// How the batch leases of `device` run now ([`Scheduler::mode`]).
     pub fn mode(&self, device: DeviceId) -> Option<super::Mode> {
         self.devices.get(&device).map(Scheduler::mode)

@@ -296,6 +296,8 @@ struct Lease {
     contended: bool,
     /// Kernels its process reported launching in it ([`Scheduler::launched`]).
     launches: u64,
+    /// The time its process reported being in its GPU phases in it ([`Scheduler::was_active`]).
+    active: Nanos,
     /// Restarted by an extension: work its process queued before counts in its busy time, not
     /// in its launches. A lease granted otherwise starts with its process's queue empty (the
     /// process drained it before it gave its last lease back).
@@ -779,14 +781,8 @@ impl Scheduler {
             h.end = h.start;
             return None;
         }
-        // its process reports no busy time at an extension: what ran so far took what the
-        // turns give it, or beside others what its launches take alone, at most its wall time
-        let used = if h.crowded {
-            h.used_beside_others(&self.launch_costs)
-                .min(now.saturating_sub(h.start))
-        } else {
-            h.used.round() as Nanos
-        };
+        // its process reports no busy time at an extension, only its time in GPU phases
+        let used = h.used_so_far(now, &self.launch_costs);
         c.used(used, now);
         c.grants += 1;
         book.granted();
@@ -820,6 +816,7 @@ impl Scheduler {
             backfilled: false,
             contended,
             launches: 0,
+            active: 0,
             extended: true,
         };
         let client = h.client;
@@ -921,6 +918,14 @@ impl Scheduler {
         let mut told = std::mem::take(&mut self.contended);
         told.retain(|&s| self.holders.iter().any(|h| h.session == s && !h.revoked));
         told
+    }
+
+    /// `session` reports the time it spent in its GPU phases since its last report: work pending
+    /// or launching (the hook's measure, [`Lease::active`]), by which USED counts its lease.
+    pub fn was_active(&mut self, session: SessionId, active_ns: Nanos) {
+        if let Some(h) = self.holders.iter_mut().find(|h| h.session == session) {
+            h.active = h.active.saturating_add(active_ns);
+        }
     }
 
     /// `session` reports the kernels it launched since its last report ([`together`]): a batch
@@ -1292,6 +1297,7 @@ impl Scheduler {
             backfilled: false,
             contended,
             launches: 0,
+            active: 0,
             extended: false,
         });
         Some(Grant {

@@ -915,6 +915,47 @@ fn used_beside_others_is_what_the_launches_take_alone() {
     assert!(last > 0 && last <= 6 * MS, "{last}");
 }
 
+/// USED counts a process's time in GPU phases, as its hook reports it (`active`), not the part
+/// of it in which its work was pending: a loop bound by its launches keeps the GPU busy a
+/// tenth of the time and drives it all the time. Alone, a lease counts that time; beside
+/// others, its launches at what they took in such time alone; beside others before any lease
+/// alone, that time scaled by the part of its pending time that the driver's turns gave its
+/// work.
+#[test]
+fn used_is_the_time_in_gpu_phases() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    let used = |s: &Scheduler, c, now| s.usage(c, now).unwrap().gpu_total;
+    // alone, from an empty queue: 100 launches pending 2 ms, in GPU phases 18 ms
+    s.acquire(1, 10, 0);
+    assert!(s.poll(0).is_some());
+    s.launched(10, 100, 20 * MS);
+    s.was_active(10, 18 * MS);
+    s.release(10, 2 * MS, 20 * MS);
+    assert_eq!(used(&s, 1, 20 * MS), 18 * MS, "its time in GPU phases");
+    // beside client 2's lease: 50 launches at 180 us each, whatever it reports
+    let t = 20 * MS;
+    s.acquire(1, 10, t);
+    s.acquire(2, 20, t);
+    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    assert_eq!(granted.len(), 2, "{granted:?}");
+    s.launched(10, 50, t + 20 * MS);
+    s.was_active(10, 12 * MS);
+    s.release(10, 20 * MS, t + 20 * MS);
+    assert_eq!(used(&s, 1, t + 20 * MS) - 18 * MS, 9 * MS);
+    // client 2's process, never alone: in GPU phases all 20 ms, its work pending 16 ms, of
+    // which the driver's equal turns gave it 10 ms: 20 ms times 10 / 16
+    s.launched(20, 30, t + 20 * MS);
+    s.was_active(20, 20 * MS);
+    s.release(20, 16 * MS, t + 20 * MS);
+    let turns = used(&s, 2, t + 20 * MS);
+    assert!(
+        (12 * MS..=13 * MS).contains(&turns),
+        "its time in GPU phases, times the part of its pending time its work ran: {turns}"
+    );
+}
+
 /// A process whose launches beside others crawl (a loop that waits for each tiny kernel, whose
 /// waits last a time slice of the other's each) runs alone from then on; one that launches at
 /// its part of its pace beside others still overlaps them.

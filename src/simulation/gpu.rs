@@ -85,6 +85,58 @@ impl Gpu {
         wall * hits / samples
     }
 
+    /// The time from `from` to now that the process of `ctx` was in its GPU phases, as the hook
+    /// measures it ([`crate::protocol::Request::Release`]'s `active_ns`): in periods of `every`
+    /// from `from` on (the last one cut at now), all of a period whose sample at its end found
+    /// work queued (for the last, work queued now), else the part of it in `launching` (the
+    /// process's short gaps between launches), at most the period. Call before
+    /// [`Gpu::sampled_busy`] of a later `from`, which forgets the stretches before it.
+    pub fn sampled_active(
+        &self,
+        ctx: usize,
+        from: Nanos,
+        every: Nanos,
+        launching: &VecDeque<(Nanos, Nanos)>,
+    ) -> Nanos {
+        let now = self.now;
+        let c = &self.ctxs[ctx];
+        let open = (c.pending > 0).then_some((c.pending_since, Nanos::MAX));
+        let busy_at = |t: Nanos| {
+            c.stretches
+                .iter()
+                .chain(open.iter())
+                .any(|&(a, b)| a <= t && t < b)
+        };
+        let in_gaps = |a: Nanos, b: Nanos| -> Nanos {
+            launching
+                .iter()
+                .map(|&(x, y)| y.min(b).saturating_sub(x.max(a)))
+                .sum()
+        };
+        let every = every.max(1);
+        let mut active = 0;
+        let mut start = from;
+        while start < now {
+            let end = (start + every).min(now);
+            let pending = if end == now {
+                c.pending > 0
+            } else {
+                busy_at(end)
+            };
+            active += if pending {
+                end - start
+            } else {
+                in_gaps(start, end).min(end - start)
+            };
+            start = end;
+        }
+        active
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
     pub fn pending(&self, ctx: usize) -> Nanos {
         self.ctxs[ctx].pending
     }
@@ -223,6 +275,26 @@ mod tests {
 
     /// Busy time as the hook reports it: the share of quarter-millisecond samples that found
     /// work queued, times the time since the lease began.
+    #[test]
+    fn active_time_is_the_sampled_queue_and_the_launching() {
+        let mut g = Gpu::new(1);
+        g.enqueue(0, 1_000_000);
+        g.advance(3_000_000);
+        // queued from 0 to 1.05 ms: its four periods whose samples found work; launching from
+        // 2.1 to 2.2 ms and from 2.6 to 2.95 ms
+        let launching = VecDeque::from([(2_100_000, 2_200_000), (2_600_000, 2_950_000)]);
+        assert_eq!(
+            g.sampled_active(0, 0, 250_000, &launching),
+            1_000_000 + 100_000 + 350_000
+        );
+        assert_eq!(g.sampled_active(0, 0, 250_000, &VecDeque::new()), 1_000_000);
+        assert_eq!(
+            g.sampled_active(0, 2_900_000, 250_000, &launching),
+            50_000,
+            "the last period cut at now"
+        );
+    }
+
     #[test]
     fn busy_time_comes_from_samples_of_the_queue() {
         let mut g = Gpu::new(1);

@@ -273,16 +273,19 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
                         Ask::Release {
                             busy,
                             launches,
+                            active,
                             again,
                         } => {
                             sched.launched(session, launches, now);
+                            sched.was_active(session, active);
                             sched.release(session, busy, now);
                             if again {
                                 sched.acquire(client, session, now);
                             }
                         }
-                        Ask::Extend { launches } => {
+                        Ask::Extend { launches, active } => {
                             sched.launched(session, launches, now);
+                            sched.was_active(session, active);
                             if let Some(g) = sched.extend(session, now) {
                                 procs[p].granted(now, g.lease_ns, g.tight, g.contended);
                             }

@@ -7,6 +7,8 @@
 //! idle. It reports a lease's busy time as the hook does, from samples of its queue every
 //! quarter millisecond.
 
+use std::collections::VecDeque;
+
 use super::gpu::Gpu;
 use crate::scheduler::Nanos;
 
@@ -61,6 +63,13 @@ const PAUSES_LEARNT: u8 = 2;
 /// queue held work made the least pending time per launch look right for interactive charges
 /// here, where on an H200 it charged 0.064 for 0.094 used: [`crate::scheduler::launch_cost`]).
 const SAMPLE_NS: Nanos = 250_000;
+/// A program launches at most this much host time's worth of kernels at once (at least one):
+/// each launch passes the gate, so a lease ends no later than this after its program's launches
+/// did (launched all at once, a loop bound by its launches gave its lease back with most of its
+/// launching still to come).
+const LAUNCH_GRAIN_NS: Nanos = 100_000;
+/// Gaps between two launches shorter than this are time in GPU phases (the hook's).
+const LAUNCH_GAP_NS: Nanos = 200_000;
 /// A tight lease (an interactive client active) keeps a queue this much shorter.
 const TIGHT_DIVISOR: Nanos = 4;
 
@@ -68,15 +77,18 @@ const TIGHT_DIVISOR: Nanos = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ask {
     Acquire,
-    /// Give the lease back (its busy time and launches), and ask again if `again`.
+    /// Give the lease back (its busy time, and its launches and time in GPU phases since its
+    /// last report), and ask again if `again`.
     Release {
         busy: Nanos,
         launches: u64,
+        active: Nanos,
         again: bool,
     },
-    /// Extend the lease (its launches so far).
+    /// Extend the lease (its launches and time in GPU phases since its last report).
     Extend {
         launches: u64,
+        active: Nanos,
     },
 }
 
@@ -108,6 +120,13 @@ pub struct Process {
     waiting_sync: bool,
     launches: u64,
     last_launch: Nanos,
+    /// When its last single kernel launch came (a group of launches at once is one launch after
+    /// another, `launch_ns` apart), and the gaps of under [`LAUNCH_GAP_NS`] between consecutive
+    /// launches since its last report: its time in GPU phases besides work pending.
+    last_single_launch: Option<Nanos>,
+    launching: VecDeque<(Nanos, Nanos)>,
+    /// When it last reported its launches and time in GPU phases.
+    reported_at: Nanos,
     /// When its queue last emptied (it left the GPU) and it launched nothing since.
     idle_since: Option<Nanos>,
     /// The same, not restarted by a grant: when its pause began.
@@ -136,6 +155,9 @@ impl Process {
             waiting_sync: false,
             launches: 0,
             last_launch: 0,
+            last_single_launch: None,
+            launching: VecDeque::new(),
+            reported_at: 0,
             idle_since: Some(0),
             paused_since: None,
             last_lease_ns: 0,
@@ -217,16 +239,32 @@ impl Process {
         now >= self.work.start && now < self.work.end
     }
 
-    /// Gives the held lease back: what it kept the GPU busy, and its launches.
+    /// Gives the held lease back: what it kept the GPU busy, and its launches and time in GPU
+    /// phases since its last report.
     fn release(&mut self, gpu: &mut Gpu, again: bool) -> Ask {
+        let (launches, active) = self.report(gpu);
         let h = self.held.take().expect("a lease to release");
         let busy = gpu.sampled_busy(self.ctx, h.counted_from, SAMPLE_NS);
         self.asked = again;
         Ask::Release {
             busy,
-            launches: std::mem::take(&mut self.launches),
+            launches,
+            active,
             again,
         }
+    }
+
+    /// Its launches and time in GPU phases since its last report, as the hook counts them, and
+    /// a new count from now.
+    fn report(&mut self, gpu: &Gpu) -> (u64, Nanos) {
+        let now = gpu.now();
+        let active = gpu.sampled_active(self.ctx, self.reported_at, SAMPLE_NS, &self.launching);
+        self.launching.retain(|&(_, end)| end > now);
+        for gap in &mut self.launching {
+            gap.0 = gap.0.max(now);
+        }
+        self.reported_at = now;
+        (std::mem::take(&mut self.launches), active)
     }
 
     /// Acts at `now`: returns what it asks of the daemon (at most one thing; call again after
@@ -274,12 +312,8 @@ impl Process {
                 if let Some(h) = &mut self.held {
                     h.asked_ahead = true;
                 }
-                return (
-                    Some(Ask::Extend {
-                        launches: std::mem::take(&mut self.launches),
-                    }),
-                    None,
-                );
+                let (launches, active) = self.report(gpu);
+                return (Some(Ask::Extend { launches, active }), None);
             }
         }
         let lease_wakes = self.held.map_or([None, None], |h| {
@@ -352,8 +386,8 @@ impl Process {
                 if let Some(h) = &mut self.held {
                     h.asked_ahead = true;
                 }
-                let launches = std::mem::take(&mut self.launches);
-                return (Some(Ask::Extend { launches }), None);
+                let (launches, active) = self.report(gpu);
+                return (Some(Ask::Extend { launches, active }), None);
             }
             if pending > 0 {
                 gpu.watch(self.ctx, Some(0));
@@ -367,10 +401,12 @@ impl Process {
             return (None, wake(None));
         }
         let room = (bound - pending).div_ceil(self.work.kernel_ns.max(1));
+        // launches that take host time come a few at a time, each through the gate
+        let grain = LAUNCH_GRAIN_NS / self.work.launch_ns.max(1);
         let n = if self.work.graph {
             self.step_left
         } else {
-            (room.min(u64::from(self.step_left)) as u32).max(1)
+            (room.min(grain).min(u64::from(self.step_left)) as u32).max(1)
         };
         let kernel_ns = if self.warming(now) {
             WARMUP_KERNEL_NS
@@ -391,6 +427,7 @@ impl Process {
         }
         self.launches += u64::from(n);
         self.last_launch = now;
+        self.launched(now, n);
         self.idle_since = None;
         self.step_left -= n;
         let launch_cost = if self.work.graph {
@@ -407,6 +444,25 @@ impl Process {
             }
         }
         (None, wake(Some(self.ready_at)))
+    }
+
+    /// `n` launches at once from `now` on (one, for a graph): one after another `launch_ns`
+    /// apart, their short gaps counted as time in GPU phases.
+    fn launched(&mut self, now: Nanos, n: u32) {
+        if let Some(last) = self.last_single_launch {
+            if now > last && now - last < LAUNCH_GAP_NS {
+                self.launching.push_back((last, now));
+            }
+        }
+        let spread = if self.work.graph || self.work.launch_ns >= LAUNCH_GAP_NS {
+            0
+        } else {
+            u64::from(n.saturating_sub(1)) * self.work.launch_ns
+        };
+        if spread > 0 {
+            self.launching.push_back((now, now + spread));
+        }
+        self.last_single_launch = Some(now + spread);
     }
 
     /// Since when the step under way has been running, if one is (launched in part, or waited

@@ -165,6 +165,7 @@ print('ok', flush=True)
             device: GPU0,
             busy_ns: u64::MAX,
             launches: 0,
+            active_ns: 0,
         }))
         .arg(leases.to_string())
         .arg(hold.as_secs_f64().to_string())

@@ -20,6 +20,7 @@
 //! found work pending is the lease's *busy* fraction, reported to the daemon as the process's
 //! demand on the GPU.
 
+pub mod activity;
 pub mod gpu_time;
 mod mode;
 mod pacer;
@@ -267,6 +268,7 @@ pub fn passes(lane: Lane, left_ns: u64) -> bool {
 #[inline(always)]
 pub fn after_launch(lane: Lane, stream: CUstream) {
     let launches = LAUNCHES[lane].fetch_add(1, Relaxed) + 1;
+    activity::launched(lane);
     gpu_time::counted(lane, launches);
     kernel_timer::after_launch(lane, stream);
     if MARK_AFTER[lane].load(Relaxed) {
@@ -372,9 +374,11 @@ pub fn sample(lane: Lane, stream: impl FnOnce() -> Option<CUstream>) {
         .is_some_and(|m| unsafe { query(m.event) } == CUDA_NOT_READY);
     p.samples += 1;
     p.busy_samples += u32::from(busy);
+    let now = now_ns();
     if busy {
-        p.last_pending = now_ns();
+        p.last_pending = now;
     }
+    p.activity.sampled(lane, now, busy);
 }
 
 /// The busy part of a lease of `wall_ns` that ends now, from the samples since it started (with
@@ -383,12 +387,7 @@ pub fn sample(lane: Lane, stream: impl FnOnce() -> Option<CUstream>) {
 /// Without samples (a lease shorter than the sampling period), the work was pending for the
 /// whole lease if a marker still is.
 pub fn take_busy(lane: Lane, wall_ns: u64) -> u64 {
-    let pending = query_fn().is_some_and(|query| {
-        let p = pacer(lane);
-        // SAFETY: a live event of ours.
-        p.newest()
-            .is_some_and(|m| unsafe { query(m.event) } == CUDA_NOT_READY)
-    });
+    let pending = pending_now(lane);
     let mut p = pacer(lane);
     let pending = busy_part(wall_ns, p.samples, p.busy_samples, pending);
     p.samples = 0;
@@ -396,6 +395,25 @@ pub fn take_busy(lane: Lane, wall_ns: u64) -> u64 {
     drop(p);
     stats::LEASE_NS.add(wall_ns);
     gpu_time::busy(lane, pending, LAUNCHES[lane].load(Relaxed))
+}
+
+/// Whether the newest marker of `lane` is pending.
+fn pending_now(lane: Lane) -> bool {
+    query_fn().is_some_and(|query| {
+        let p = pacer(lane);
+        // SAFETY: a live event of ours.
+        p.newest()
+            .is_some_and(|m| unsafe { query(m.event) } == CUDA_NOT_READY)
+    })
+}
+
+/// The time in GPU phases since the last call ([`activity`]): what the next `Release`, `Renew`
+/// or `Extend` reports with its launches.
+pub fn unreported_active(lane: Lane) -> u64 {
+    let pending = pending_now(lane);
+    let active = pacer(lane).activity.take(lane, now_ns(), pending);
+    stats::ACTIVE_NS.add(active);
+    active
 }
 
 /// `wall_ns` times the fraction of busy samples (pure, unit-tested).
@@ -418,6 +436,7 @@ pub fn restart_count(lane: Lane) {
     let mut p = pacer(lane);
     p.samples = 0;
     p.busy_samples = 0;
+    p.activity.restart(lane, now_ns());
     drop(p);
     gpu_time::lease_started(lane, LAUNCHES[lane].load(Relaxed));
 }

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering::*;
 
+use super::activity::Activity;
 use super::mode::{lease_budget, BUDGET_NS, CHECK_EVERY_NS, SHARED, TIGHT};
 use crate::clock::now_ns;
 use crate::cuda::*;
@@ -106,6 +107,8 @@ pub(super) struct Pacer {
     pub(super) checked_launches: u64,
     pub(super) samples: u32,
     pub(super) busy_samples: u32,
+    /// The lease's time in GPU phases, counted at the samples.
+    pub(super) activity: Activity,
 }
 
 // SAFETY: events are plain driver handles, usable from any thread of the process.
@@ -136,6 +139,7 @@ impl Pacer {
             checked_launches: 0,
             samples: 0,
             busy_samples: 0,
+            activity: Activity::new(),
         }
     }
 

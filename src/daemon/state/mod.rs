@@ -467,10 +467,18 @@ impl State {
     }
 
     /// `session` reports the kernels it launched since its last report, for the scheduler's
-    /// choice between leases together and turns on `device`.
-    pub fn launched(&mut self, session: SessionId, device: DeviceId, launches: u64) {
+    /// choice between leases together and turns on `device`, and the time it spent in its GPU
+    /// phases meanwhile, for USED.
+    pub fn launched(
+        &mut self,
+        session: SessionId,
+        device: DeviceId,
+        launches: u64,
+        active_ns: u64,
+    ) {
         let now = self.now();
         self.sched.launched(device, session, launches, now);
+        self.sched.was_active(device, session, active_ns);
     }
 
     /// Another lease on `device` at once for a holder that no waiting process goes before there
