@@ -19,8 +19,9 @@
 //! USED of a batch lease beside others counts its launches at what they took in the process's
 //! last leases that ran by themselves from an empty queue (no other lease beside them, not
 //! extended: work queued before an extension is pending in it without its launches): their
-//! pending time over their launches, added up, not the lowest ratios (a sampler that reads a
-//! 100 us kernel as 0 or 250 us is right on the sum, and a lease that read 0 counts too).
+//! time in GPU phases (work pending, or launching) over their launches, added up, not the
+//! lowest ratios (a sampler that reads a 100 us kernel as 0 or 250 us is right on the sum, and a
+//! lease that read 0 counts too).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -34,7 +35,7 @@ pub const RECENT_LEASES: usize = 32;
 pub struct LaunchCosts {
     /// Pending time per launch of each process's last [`RECENT_LEASES`] leases with launches.
     recent: BTreeMap<SessionId, VecDeque<f64>>,
-    /// (pending time, launches) of each process's last [`RECENT_LEASES`] leases alone.
+    /// (time in GPU phases, launches) of each process's last [`RECENT_LEASES`] leases alone.
     alone: BTreeMap<SessionId, VecDeque<(Nanos, u64)>>,
 }
 
@@ -73,15 +74,19 @@ impl LaunchCosts {
         self.alone.remove(&session);
     }
 
-    /// A lease of `session` that ran alone ended: its work was pending `busy_ns` for `launches`.
-    pub fn learn_alone(&mut self, session: SessionId, busy_ns: Nanos, launches: u64) {
+    /// A lease of `session` that ran alone ended: its process was in its GPU phases `active_ns`
+    /// for `launches`.
+    pub fn learn_alone(&mut self, session: SessionId, active_ns: Nanos, launches: u64) {
         if launches == 0 {
             return;
         }
-        keep_recent(self.alone.entry(session).or_default(), (busy_ns, launches));
+        keep_recent(
+            self.alone.entry(session).or_default(),
+            (active_ns, launches),
+        );
     }
 
-    /// What `launches` of `session` take on the GPU, by its leases alone: their pending time
+    /// What `launches` of `session` take, by its leases alone: their time in GPU phases
     /// over their launches, added up. `None` before any such lease, and for no launches.
     pub fn alone_take(&self, session: SessionId, launches: u64) -> Option<Nanos> {
         if launches == 0 {

@@ -133,6 +133,15 @@ impl Gpu {
         active
     }
 
+    /// Forgets the stretches of `ctx`'s queue that ended by `t` (no sample from `t` on needs
+    /// them).
+    pub fn forget_before(&mut self, ctx: usize, t: Nanos) {
+        let c = &mut self.ctxs[ctx];
+        while c.stretches.front().is_some_and(|&(_, end)| end <= t) {
+            c.stretches.pop_front();
+        }
+    }
+
     pub fn now(&self) -> Nanos {
         self.now
     }
@@ -273,8 +282,6 @@ mod tests {
         );
     }
 
-    /// Busy time as the hook reports it: the share of quarter-millisecond samples that found
-    /// work queued, times the time since the lease began.
     #[test]
     fn active_time_is_the_sampled_queue_and_the_launching() {
         let mut g = Gpu::new(1);
@@ -295,6 +302,8 @@ mod tests {
         );
     }
 
+    /// Busy time as the hook reports it: the share of quarter-millisecond samples that found
+    /// work queued, times the time since the lease began.
     #[test]
     fn busy_time_comes_from_samples_of_the_queue() {
         let mut g = Gpu::new(1);

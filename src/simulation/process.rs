@@ -198,8 +198,10 @@ impl Process {
         if self.idle_since.is_some() {
             self.idle_since = Some(now);
         }
-        // the hook counts a lease's busy time from its grant or its last extension
+        // the hook counts a lease's busy time from its grant or its last extension, and its
+        // time in GPU phases in periods from then
         self.last_lease_ns = lease_ns;
+        self.reported_at = now;
         self.held = Some(Held {
             granted_at: now,
             deadline: now + lease_ns,
@@ -256,9 +258,11 @@ impl Process {
 
     /// Its launches and time in GPU phases since its last report, as the hook counts them, and
     /// a new count from now.
-    fn report(&mut self, gpu: &Gpu) -> (u64, Nanos) {
+    fn report(&mut self, gpu: &mut Gpu) -> (u64, Nanos) {
         let now = gpu.now();
         let active = gpu.sampled_active(self.ctx, self.reported_at, SAMPLE_NS, &self.launching);
+        // the busy time of the lease held counts from its grant or extension
+        gpu.forget_before(self.ctx, self.held.map_or(now, |h| h.counted_from));
         self.launching.retain(|&(_, end)| end > now);
         for gap in &mut self.launching {
             gap.0 = gap.0.max(now);
