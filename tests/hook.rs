@@ -74,6 +74,49 @@ fn run_count(run_line: &str) -> u64 {
         .unwrap_or_else(|| panic!("no kernel count in {run_line:?}"))
 }
 
+/// What a process told a recording daemon of its leases, added up (ns): the time it held them
+/// (from each `Acquire` or `Renew` to the `Release` or `Renew` that ended the lease), the busy
+/// time it reported at their ends, and the time in GPU phases it reported at their ends and at
+/// its `Extend`s (refused there: the lease goes on, and its end reports the rest).
+struct LeaseReports {
+    held: u64,
+    busy: u64,
+    active: u64,
+}
+
+fn lease_reports(seen: &[(Duration, gpushare::protocol::Request)]) -> LeaseReports {
+    use gpushare::protocol::Request;
+    let mut sums = LeaseReports {
+        held: 0,
+        busy: 0,
+        active: 0,
+    };
+    let mut granted = None;
+    for (at, r) in seen {
+        match r {
+            Request::Acquire { .. } => granted = Some(*at),
+            Request::Release {
+                busy_ns, active_ns, ..
+            }
+            | Request::Renew {
+                busy_ns, active_ns, ..
+            } => {
+                if let Some(g) = granted.take() {
+                    sums.held += (*at - g).as_nanos() as u64;
+                    sums.busy += busy_ns;
+                    sums.active += active_ns;
+                }
+                if matches!(r, Request::Renew { .. }) {
+                    granted = Some(*at);
+                }
+            }
+            Request::Extend { active_ns, .. } => sums.active += active_ns,
+            _ => {}
+        }
+    }
+    sums
+}
+
 /// When a `run` began and stopped launching (CLOCK_MONOTONIC ns, the fake GPU's clock).
 fn launching(run_line: &str) -> (u64, u64) {
     let field = |name: &str| -> u64 {
@@ -927,7 +970,6 @@ fn an_idle_holder_releases_the_token_after_its_lease() {
 /// waits not counted).
 #[test]
 fn a_lease_reports_the_gpu_time_of_its_launches_and_waits_not_their_pending_time() {
-    use gpushare::protocol::Request;
     let Some(_serial) = prepare() else {
         return;
     };
@@ -951,22 +993,7 @@ fn a_lease_reports_the_gpu_time_of_its_launches_and_waits_not_their_pending_time
         );
         let seen = server.join().unwrap();
         let (from, to) = launching(line(&stdout, "run "));
-        let (mut busy, mut held, mut granted) = (0u64, 0u64, None);
-        for (at, r) in &seen {
-            match r {
-                Request::Acquire { .. } => granted = Some(*at),
-                Request::Release { busy_ns, .. } | Request::Renew { busy_ns, .. } => {
-                    if let Some(g) = granted.take() {
-                        held += (*at - g).as_nanos() as u64;
-                        busy += busy_ns;
-                    }
-                    if matches!(r, Request::Renew { .. }) {
-                        granted = Some(*at);
-                    }
-                }
-                _ => {}
-            }
-        }
+        let LeaseReports { held, busy, .. } = lease_reports(&seen);
         let kernels = run_count(line(&stdout, "run "));
         let gpu_part = kernels as f64 * 10_000.0 / (to - from) as f64;
         assert!(
@@ -1000,7 +1027,6 @@ fn a_lease_reports_the_gpu_time_of_its_launches_and_waits_not_their_pending_time
 /// not (0.001).
 #[test]
 fn a_lease_reports_its_time_in_gpu_phases() {
-    use gpushare::protocol::Request;
     let Some(_serial) = prepare() else {
         return;
     };
@@ -1020,30 +1046,7 @@ fn a_lease_reports_its_time_in_gpu_phases() {
             String::from_utf8_lossy(&out.stderr)
         );
         let seen = server.join().unwrap();
-        let (mut busy, mut active, mut held, mut granted) = (0u64, 0u64, 0u64, None);
-        for (at, r) in &seen {
-            match r {
-                Request::Acquire { .. } => granted = Some(*at),
-                Request::Release {
-                    busy_ns, active_ns, ..
-                }
-                | Request::Renew {
-                    busy_ns, active_ns, ..
-                } => {
-                    if let Some(g) = granted.take() {
-                        held += (*at - g).as_nanos() as u64;
-                        busy += busy_ns;
-                        active += active_ns;
-                    }
-                    if matches!(r, Request::Renew { .. }) {
-                        granted = Some(*at);
-                    }
-                }
-                // refused here: the lease goes on, and its end reports what is left
-                Request::Extend { active_ns, .. } => active += active_ns,
-                _ => {}
-            }
-        }
+        let LeaseReports { held, busy, active } = lease_reports(&seen);
         assert!(held > 300_000_000, "leases held {} ms", held / 1_000_000);
         (busy as f64 / held as f64, active as f64 / held as f64)
     };

@@ -217,24 +217,21 @@ impl Lease {
     }
 
     /// What USED counts for it at an extension at `now`, where its process reports its time in
-    /// GPU phases and no busy time: alone, that time; beside others its launches at what they
-    /// took by themselves ([`lease_used`]), or where that is not known yet what the turns gave
-    /// it; at most that time. A lease whose process reported none counts what the turns gave it.
+    /// GPU phases and no busy time: [`lease_used`] with that time for both (beside others
+    /// before any lease alone, what the turns gave it, at most that time). A lease whose
+    /// process reported none counts what the turns gave it, beside others at most its wall time
+    /// as the time in GPU phases.
     pub(super) fn used_so_far(&self, now: Nanos, costs: &LaunchCosts) -> Nanos {
         let wall = now.saturating_sub(self.start);
+        if self.active == 0 && !self.crowded {
+            return self.used.round() as Nanos;
+        }
         let active = if self.active == 0 {
             wall
         } else {
             self.active.min(wall)
         };
-        let turns = self.used.round() as Nanos;
-        if !self.crowded {
-            return if self.active == 0 { turns } else { active };
-        }
-        costs
-            .alone_take(self.session, self.launches)
-            .unwrap_or(turns)
-            .min(active)
+        lease_used(self, active, active, costs)
     }
 }
 

@@ -895,9 +895,7 @@ fn used_beside_others_is_what_the_launches_take_alone() {
     assert_eq!(used(&s, 1, 20 * MS), 20 * MS);
     // beside client 2's lease (they weigh the same and overlap), its work pending all 20 ms
     let t = 20 * MS;
-    s.acquire(1, 10, t);
-    s.acquire(2, 20, t);
-    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    let granted = processes_10_and_20_ask(&mut s, t);
     assert_eq!(granted.len(), 2, "{granted:?}");
     s.launched(10, 4, t + 20 * MS);
     s.release(10, 20 * MS, t + 20 * MS);
@@ -936,9 +934,7 @@ fn used_is_the_time_in_gpu_phases() {
     assert_eq!(used(&s, 1, 20 * MS), 18 * MS, "its time in GPU phases");
     // beside client 2's lease: 50 launches at 180 us each, whatever it reports
     let t = 20 * MS;
-    s.acquire(1, 10, t);
-    s.acquire(2, 20, t);
-    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    let granted = processes_10_and_20_ask(&mut s, t);
     assert_eq!(granted.len(), 2, "{granted:?}");
     s.launched(10, 50, t + 20 * MS);
     s.was_active(10, 12 * MS);
@@ -966,18 +962,14 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     // beside client 2's lease (they weigh the same and overlap): 40 launches, charged 10 ms;
     // process 20 launches at half its pace, charged half the time
     let t = 40 * MS;
-    s.acquire(1, 10, t);
-    s.acquire(2, 20, t);
-    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    let granted = processes_10_and_20_ask(&mut s, t);
     assert_eq!(granted.len(), 2, "{granted:?}");
     s.launched(10, 40, t + 20 * MS);
     s.launched(20, 50, t + 20 * MS);
     s.release(10, 20 * MS, t + 20 * MS);
     s.release(20, 20 * MS, t + 20 * MS);
     let t = t + 20 * MS;
-    s.acquire(1, 10, t);
-    s.acquire(2, 20, t);
-    let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+    let granted = processes_10_and_20_ask(&mut s, t);
     assert_eq!(
         granted.len(),
         1,
@@ -1014,15 +1006,20 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     let mut s = two_equal_clients_each_alone_first();
     for k in 2..=3 {
         let t = k * 20 * MS;
-        s.acquire(1, 10, t);
-        s.acquire(2, 20, t);
-        let granted: Vec<Grant> = std::iter::from_fn(|| s.poll(t)).collect();
+        let granted = processes_10_and_20_ask(&mut s, t);
         assert_eq!(granted.len(), 2, "lease {k}: {granted:?}");
         s.launched(10, 400, t + 20 * MS);
         s.launched(20, 50, t + 20 * MS);
         s.release(10, 20 * MS, t + 20 * MS);
         s.release(20, 20 * MS, t + 20 * MS);
     }
+}
+
+/// Process 10 of client 1 and process 20 of client 2 ask for the GPU at `t`: the grants then.
+fn processes_10_and_20_ask(s: &mut Scheduler, t: Nanos) -> Vec<Grant> {
+    s.acquire(1, 10, t);
+    s.acquire(2, 20, t);
+    std::iter::from_fn(|| s.poll(t)).collect()
 }
 
 /// Two clients of request 0.5, whose processes 10 and 20 each ran a lease alone, 800 and 100

@@ -27,6 +27,17 @@ struct Context {
     stretches: VecDeque<(Nanos, Nanos)>,
 }
 
+impl Context {
+    /// Whether its queue held work at `t` (in a stretch kept, or the one open now).
+    fn queued_at(&self, t: Nanos) -> bool {
+        let open = (self.pending > 0).then_some((self.pending_since, Nanos::MAX));
+        self.stretches
+            .iter()
+            .chain(open.iter())
+            .any(|&(a, b)| a <= t && t < b)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Gpu {
     ctxs: Vec<Context>,
@@ -65,23 +76,16 @@ impl Gpu {
     /// `from`: the next call starts no earlier.
     pub fn sampled_busy(&mut self, ctx: usize, from: Nanos, every: Nanos) -> Nanos {
         let now = self.now;
-        let c = &mut self.ctxs[ctx];
-        while c.stretches.front().is_some_and(|&(_, end)| end <= from) {
-            c.stretches.pop_front();
-        }
-        let open = (c.pending > 0).then_some((c.pending_since, Nanos::MAX));
-        let busy_at = |t: Nanos| {
-            c.stretches
-                .iter()
-                .chain(open.iter())
-                .any(|&(a, b)| a <= t && t < b)
-        };
+        self.forget_before(ctx, from);
+        let c = &self.ctxs[ctx];
         let wall = now.saturating_sub(from);
         let samples = wall / every.max(1);
         if samples == 0 {
             return if c.pending > 0 { wall } else { 0 };
         }
-        let hits = (1..=samples).filter(|k| busy_at(from + k * every)).count() as Nanos;
+        let hits = (1..=samples)
+            .filter(|k| c.queued_at(from + k * every))
+            .count() as Nanos;
         wall * hits / samples
     }
 
@@ -100,13 +104,6 @@ impl Gpu {
     ) -> Nanos {
         let now = self.now;
         let c = &self.ctxs[ctx];
-        let open = (c.pending > 0).then_some((c.pending_since, Nanos::MAX));
-        let busy_at = |t: Nanos| {
-            c.stretches
-                .iter()
-                .chain(open.iter())
-                .any(|&(a, b)| a <= t && t < b)
-        };
         let in_gaps = |a: Nanos, b: Nanos| -> Nanos {
             launching
                 .iter()
@@ -121,7 +118,7 @@ impl Gpu {
             let pending = if end == now {
                 c.pending > 0
             } else {
-                busy_at(end)
+                c.queued_at(end)
             };
             active += if pending {
                 end - start

@@ -63,26 +63,37 @@ fn print(outcome: &Outcome) {
 /// windows that broke it, printed.
 fn assert_kept(scenario: &Scenario, outcome: &Outcome, judged: impl Fn(usize) -> bool) {
     let mut broken = vec![];
-    for w in outcome
-        .windows
-        .iter()
-        .filter(|w| referee::settled(w.since_change))
-    {
-        for (i, v) in referee::judge(&w.clients).iter().enumerate() {
-            if judged(i) && !v.kept() {
-                broken.push(format!(
-                    "{:.0}s client {i}: got {:.3} due {:.3}",
-                    w.t0 as f64 / 1e9,
-                    v.got,
-                    v.due
-                ));
-            }
+    for (t0, i, v) in settled_verdicts(outcome) {
+        if judged(i) && !v.kept() {
+            broken.push(format!(
+                "{:.0}s client {i}: got {:.3} due {:.3}",
+                t0 as f64 / 1e9,
+                v.got,
+                v.due
+            ));
         }
     }
     if !broken.is_empty() {
         print(outcome);
         panic!("seed {}: {}", scenario.seed, broken.join("; "));
     }
+}
+
+/// The referee's verdict on each client (by index) in each window that starts a second or more
+/// after a change, with the window's start.
+fn settled_verdicts(
+    outcome: &Outcome,
+) -> impl Iterator<Item = (Nanos, usize, referee::Verdict)> + '_ {
+    outcome
+        .windows
+        .iter()
+        .filter(|w| referee::settled(w.since_change))
+        .flat_map(|w| {
+            referee::judge(&w.clients)
+                .into_iter()
+                .enumerate()
+                .map(move |(i, v)| (w.t0, i, v))
+        })
 }
 
 /// The batch clients of `scenario` (the latency class is judged apart).
@@ -1516,16 +1527,11 @@ fn soak_seed_26s_loop_of_short_kernels_gets_its_due() {
     let sc = soak_seed_26();
     let outcome = run(&sc);
     assert_kept(&sc, &outcome, |i| i != 0 && batch(&sc)(i));
-    for w in outcome
-        .windows
-        .iter()
-        .filter(|w| referee::settled(w.since_change))
-    {
-        let v = referee::judge(&w.clients)[0];
+    for (t0, _, v) in settled_verdicts(&outcome).filter(|&(_, i, _)| i == 0) {
         assert!(
             v.got >= v.due - 0.05,
             "{:.0}s: the loop got {:.3} of {:.3}",
-            w.t0 as f64 / 1e9,
+            t0 as f64 / 1e9,
             v.got,
             v.due
         );
