@@ -256,9 +256,11 @@ fn promise_by_kind() {
         let mut shorts = vec![];
         let mut sliced = vec![];
         let mut used_off = vec![];
+        let mut throughput = vec![];
         for seed in 0..30 {
             let sc = Scenario::random_of(seed, 30 * S, &kinds);
             let (out, ts) = (run(&sc), run_time_sliced(&sc));
+            throughput.push(total_got(&out) / total_got(&ts).max(f64::MIN_POSITIVE));
             shorts.push(worst(&out, Some(&ts)).0);
             sliced.push(worst(&ts, Some(&out)).0);
             used_off.extend(used_off_got(&out));
@@ -270,15 +272,25 @@ fn promise_by_kind() {
             .zip(&sliced)
             .filter(|(g, t)| **g > **t + referee::TOLERANCE)
             .count();
-        for v in [&mut shorts, &mut sliced] {
+        for v in [&mut shorts, &mut sliced, &mut throughput] {
             v.sort_by(f64::total_cmp);
         }
         let ok = |v: &[f64]| v.iter().filter(|&&x| x <= referee::TOLERANCE).count();
         eprintln!(
-            "{kinds:?}: {}/30 kept (time-sliced {}/30); median worst {:.3} ({:.3}), max {:.3} ({:.3}); {worse} worse than time-sliced; |USED - got| mean {used_mean:.3}, over 3 points in {used_over} of {} client-windows",
-            ok(&shorts), ok(&sliced), shorts[15], sliced[15], shorts[29], sliced[29], used_off.len()
+            "{kinds:?}: {}/30 kept (time-sliced {}/30); median worst {:.3} ({:.3}), max {:.3} ({:.3}); {worse} worse than time-sliced; throughput of time-slicing's: median {:.3}, least {:.3}; |USED - got| mean {used_mean:.3}, over 3 points in {used_over} of {} client-windows",
+            ok(&shorts), ok(&sliced), shorts[15], sliced[15], shorts[29], sliced[29], throughput[15], throughput[0], used_off.len()
         );
     }
+}
+
+/// What every client got over the whole run, summed (each window's share of the GPU, in units
+/// of the clients' progress alone).
+fn total_got(outcome: &Outcome) -> f64 {
+    outcome
+        .windows
+        .iter()
+        .flat_map(|w| w.clients.iter().map(|c| c.got))
+        .sum()
 }
 
 /// A bursty loop's bursts in `sc` (processes numbered across clients in order): for each
