@@ -230,6 +230,16 @@ fn saturating_mixes_keep_every_clients_due_share() {
 }
 
 /// |USED - got| of every client in every window of `out`.
+/// Client-windows in which a client got more than its limit (by more than the referee's
+/// tolerance).
+fn over_limit(out: &Outcome) -> usize {
+    out.windows
+        .iter()
+        .flat_map(|w| w.clients.iter())
+        .filter(|c| c.got > c.shares.limit + referee::TOLERANCE)
+        .count()
+}
+
 fn used_off_got(out: &Outcome) -> Vec<f64> {
     out.windows
         .iter()
@@ -240,7 +250,8 @@ fn used_off_got(out: &Outcome) -> Vec<f64> {
 
 /// Prints, for each kind of loop in the library, how many random mixes of it keep the promise
 /// (each window dividing what the mix could use, [`referee::capacity`]), beside the same for
-/// plain time-slicing, and in how many gpushare left some client shorter than time-slicing did:
+/// plain time-slicing, in how many gpushare left some client shorter than time-slicing did,
+/// what the mixes got done against time-slicing, and the client-windows over a limit:
 /// `cargo test --release --lib simulation::tests::promise_by_kind -- --ignored --nocapture`.
 /// `Inference` is inference every 5 ms in batch clients (the GPU soak draws it for them too),
 /// alone and mixed with saturating loops.
@@ -257,6 +268,7 @@ fn promise_by_kind() {
         let mut sliced = vec![];
         let mut used_off = vec![];
         let mut throughput = vec![];
+        let mut over = 0;
         for seed in 0..30 {
             let sc = Scenario::random_of(seed, 30 * S, &kinds);
             let (out, ts) = (run(&sc), run_time_sliced(&sc));
@@ -264,6 +276,7 @@ fn promise_by_kind() {
             shorts.push(worst(&out, Some(&ts)).0);
             sliced.push(worst(&ts, Some(&out)).0);
             used_off.extend(used_off_got(&out));
+            over += over_limit(&out);
         }
         let used_mean = used_off.iter().sum::<f64>() / used_off.len().max(1) as f64;
         let used_over = used_off.iter().filter(|&&d| d > 0.03).count();
@@ -277,7 +290,7 @@ fn promise_by_kind() {
         }
         let ok = |v: &[f64]| v.iter().filter(|&&x| x <= referee::TOLERANCE).count();
         eprintln!(
-            "{kinds:?}: {}/30 kept (time-sliced {}/30); median worst {:.3} ({:.3}), max {:.3} ({:.3}); {worse} worse than time-sliced; throughput of time-slicing's: median {:.3}, least {:.3}; |USED - got| mean {used_mean:.3}, over 3 points in {used_over} of {} client-windows",
+            "{kinds:?}: {}/30 kept (time-sliced {}/30); median worst {:.3} ({:.3}), max {:.3} ({:.3}); {worse} worse than time-sliced; throughput of time-slicing's: median {:.3}, least {:.3}; |USED - got| mean {used_mean:.3}, over 3 points in {used_over} of {} client-windows; {over} over their limits",
             ok(&shorts), ok(&sliced), shorts[15], sliced[15], shorts[29], sliced[29], throughput[15], throughput[0], used_off.len()
         );
     }
