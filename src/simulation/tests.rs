@@ -1536,31 +1536,21 @@ fn soak_seed_26_explained() {
     print_beside_time_slicing(&soak_seed_26());
 }
 
-/// GPU soak seed 26: every batch client but the loop of short kernels gets its due, and that
-/// loop at most 5 points less. On the GPU the loop of the smallest matmuls, each waited for,
-/// got 0.01-0.11 of its due 0.15-0.36: its leases ran beside others' (1502 of 1534 in a 60 s
-/// run with the daemon's debug log), where it launched a kernel every 0.62 ms (every 27 us
-/// alone). Here, as there, its leases ran beside others' by its light demand and it got
-/// 0.02-0.04 of a due 0.15-0.19; they run alone now, its launches beside others having crawled
-/// ([`crate::scheduler::pace`]), and it gets 0.14-0.21. Still short by 3 points in the last
-/// windows, as on the GPU (3-5 points): the launch-bound loop of request 0.05 starts its leases
-/// beside every other (backfill), charged half of each, and takes 0.35 of the charged time
-/// where its request's part is 0.12 (its lead in line past its edge forgiven each time it
-/// waits), and the loop that must run alone, charged all of its leases, ends at 0.14 of 0.17.
+/// GPU soak seed 26: every batch client gets its due. On the GPU the loop of the smallest
+/// matmuls, each waited for, got 0.01-0.11 of its due 0.15-0.36: its leases ran beside others'
+/// (1502 of 1534 in a 60 s run with the daemon's debug log), where it launched a kernel every
+/// 0.62 ms (every 27 us alone). Here, as there, its leases ran beside others' by its light
+/// demand and it got 0.02-0.04 of a due 0.15-0.19; they run alone now, its launches beside
+/// others having crawled ([`crate::scheduler::pace`]). It was still 3 points short in the last
+/// windows (0.138-0.143 of 0.171), as on the GPU: the launch-bound loop of request 0.05 started
+/// its leases beside every other (backfill) and took 0.6 of the GPU where it was due 0.12-0.32.
+/// Only a client below its weight's part starts ahead of the first in line now
+/// ([`crate::scheduler::Scheduler`]'s backfill): the loop gets 0.169-0.176, the launch-bound
+/// one 0.23.
 #[test]
 fn soak_seed_26s_loop_of_short_kernels_gets_its_due() {
     let sc = soak_seed_26();
-    let outcome = run(&sc);
-    assert_kept(&sc, &outcome, |i| i != 0 && batch(&sc)(i));
-    for (t0, _, v) in settled_verdicts(&outcome).filter(|&(_, i, _)| i == 0) {
-        assert!(
-            v.got >= v.due - 0.05,
-            "{:.0}s: the loop got {:.3} of {:.3}",
-            t0 as f64 / 1e9,
-            v.got,
-            v.due
-        );
-    }
+    assert_kept(&sc, &run(&sc), batch(&sc));
 }
 
 /// GPU soak seed 31 (H100, 60 s), its first 35 s: a batch client of request 0.82 (5 ms kernels,
