@@ -789,6 +789,30 @@ fn requests_of_run(extending: bool, ops: &[&str]) -> Vec<(Duration, gpushare::pr
     server.join().unwrap()
 }
 
+/// The client running `ops` under the hook on the fake GPU that processes share, with `env`
+/// added, beside a [`recording_daemon`]: its standard output and error, and the requests, with
+/// their times, that it sent. The client must succeed.
+fn run_on_shared_gpu(
+    env: &[(&str, &str)],
+    ops: &[&str],
+) -> (String, String, Vec<(Duration, gpushare::protocol::Request)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = recording_daemon(dir.path());
+    let (_gpu_dir, _log, gpu) = shared_gpu_files();
+    let mut run = Run::new(Via::ProcAddress)
+        .socket(&socket)
+        .env("FAKE_CUDA_GPU", &gpu.display().to_string());
+    for (key, value) in env {
+        run = run.env(key, value);
+    }
+    let out = run.output(ops);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let seen = server.join().unwrap();
+    assert!(out.status.success(), "{stdout}{stderr}");
+    (stdout, stderr, seen)
+}
+
 /// A kernel longer than the lease (100 ms, 20 ms leases) fills the queue past the lease's end, so
 /// the next launch waits for room; when that wait outlasts the lease, the launch waits for the
 /// next lease too (here a renewal per kernel), instead of running its kernel past the lease's end
@@ -799,17 +823,7 @@ fn a_launch_whose_wait_for_room_outlasts_the_lease_waits_for_the_next() {
     let Some(_serial) = prepare() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let (socket, server) = recording_daemon(dir.path());
-    let (_gpu_dir, _log, gpu) = shared_gpu_files();
-    let out = Run::new(Via::ProcAddress)
-        .socket(&socket)
-        .env("FAKE_CUDA_GPU", &gpu.display().to_string())
-        .output(&["run:800:100000000:0:0"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let seen = server.join().unwrap();
-    assert!(out.status.success(), "{stdout}{stderr}");
+    let (stdout, stderr, seen) = run_on_shared_gpu(&[], &["run:800:100000000:0:0"]);
     let kernels = run_count(line(&stdout, "run "));
     // A new lease is a renewal, or a release and an acquire where the lease ran out first
     // (a host slow to wake the lease thread).
@@ -976,22 +990,13 @@ fn a_lease_reports_the_gpu_time_of_its_launches_and_waits_not_their_pending_time
     // The part of its leases' time a loop reported as busy, and the part of its run's time its
     // kernels took.
     let reported = |sync: u32, busy: &str| {
-        let dir = tempfile::tempdir().unwrap();
-        let (socket, server) = recording_daemon(dir.path());
-        let (_gpu_dir, _log, gpu) = shared_gpu_files();
-        let out = Run::new(Via::ProcAddress)
-            .socket(&socket)
-            .env("FAKE_CUDA_GPU", &gpu.display().to_string())
-            .env("FAKE_CUDA_DONE_LATENCY_US", "1000")
-            .env("GPUSHARE_BUSY", busy)
-            .output(&[&format!("run:600:10000:{sync}:40")]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
+        let (stdout, _, seen) = run_on_shared_gpu(
+            &[
+                ("FAKE_CUDA_DONE_LATENCY_US", "1000"),
+                ("GPUSHARE_BUSY", busy),
+            ],
+            &[&format!("run:600:10000:{sync}:40")],
         );
-        let seen = server.join().unwrap();
         let (from, to) = launching(line(&stdout, "run "));
         let LeaseReports { held, busy, .. } = lease_reports(&seen);
         let kernels = run_count(line(&stdout, "run "));
@@ -1032,20 +1037,7 @@ fn a_lease_reports_its_time_in_gpu_phases() {
     };
     // The parts of its leases' time that a loop reported busy and active.
     let reported = |gap_us: u32| {
-        let dir = tempfile::tempdir().unwrap();
-        let (socket, server) = recording_daemon(dir.path());
-        let (_gpu_dir, _log, gpu) = shared_gpu_files();
-        let out = Run::new(Via::ProcAddress)
-            .socket(&socket)
-            .env("FAKE_CUDA_GPU", &gpu.display().to_string())
-            .output(&[&format!("run:600:5000:1:{gap_us}")]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let seen = server.join().unwrap();
+        let (_, _, seen) = run_on_shared_gpu(&[], &[&format!("run:600:5000:1:{gap_us}")]);
         let LeaseReports { held, busy, active } = lease_reports(&seen);
         assert!(held > 300_000_000, "leases held {} ms", held / 1_000_000);
         (busy as f64 / held as f64, active as f64 / held as f64)

@@ -243,7 +243,7 @@ impl Scheduler {
             .map(|c| c.weight())
             .sum();
         let part = c.weight() / weights.max(f64::MIN_POSITIVE);
-        self.usage(id, now).is_none_or(|u| u.share < part)
+        self.recent_share(id, now).is_none_or(|share| share < part)
     }
 
     /// Whether a lease of `client` now keeps a short queue: a batch client's, while an

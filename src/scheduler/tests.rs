@@ -636,24 +636,42 @@ fn run_gated(
     sessions: &[(ClientId, SessionId, f64)],
     span: Nanos,
 ) -> (usize, BTreeMap<ClientId, f64>) {
+    let sessions: Vec<_> = sessions
+        .iter()
+        .map(|&(c, sid, busy)| (c, sid, busy, None))
+        .collect();
+    run_gated_reporting(s, &sessions, span)
+}
+
+/// [`run_gated`] where a process with `Some(active)` also reports the time it was in its GPU
+/// phases, that part of each lease's wall time (a launch-bound loop: launching all the time,
+/// its work pending little of it).
+fn run_gated_reporting(
+    s: &mut Scheduler,
+    sessions: &[(ClientId, SessionId, f64, Option<f64>)],
+    span: Nanos,
+) -> (usize, BTreeMap<ClientId, f64>) {
     let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
     let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
     let mut most = 0;
-    let busy = |sid: SessionId| sessions.iter().find(|x| x.1 == sid).unwrap().2;
-    for &(c, sid, _) in sessions {
+    let find = |sid: SessionId| *sessions.iter().find(|x| x.1 == sid).unwrap();
+    for &(c, sid, _, _) in sessions {
         s.acquire(c, sid, 0);
     }
     let mut t = 0;
     while t < 2 * span {
         leases.retain(|&(c, sid, start, end)| {
-            if end <= t {
-                let wall = t - start;
-                s.release(sid, (wall as f64 * busy(sid)) as Nanos, t);
-                s.acquire(c, sid, t);
-                false
-            } else {
-                true
+            if end > t {
+                return true;
             }
+            let (_, _, busy, active) = find(sid);
+            let wall = (t - start) as f64;
+            if let Some(active) = active {
+                s.was_active(sid, (wall * active) as Nanos);
+            }
+            s.release(sid, (wall * busy) as Nanos, t);
+            s.acquire(c, sid, t);
+            false
         });
         while let Some(g) = s.poll(t) {
             leases.push((g.client, g.session, t, t + g.lease_ns));
@@ -677,6 +695,19 @@ fn gated(quantum: Nanos) -> Scheduler {
     let mut s = Scheduler::new(quantum, 0);
     s.set_slots(usize::MAX, true);
     s
+}
+
+/// A demand-gated scheduler (20 ms leases) with clients 1 and 2 of request 0.5 each.
+fn gated_halves() -> Scheduler {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s
+}
+
+/// The GPU time client `c`'s work took so far (what USED adds up).
+fn gpu_total(s: &Scheduler, c: ClientId, now: Nanos) -> Nanos {
+    s.usage(c, now).unwrap().gpu_total
 }
 
 /// A demand-gated scheduler (20 ms leases) with clients 1 (request 0.75) and 2 (0.25), their
@@ -883,16 +914,13 @@ fn used_is_what_the_drivers_turns_gave_each_process_beside_the_others() {
 /// counts to USED what its launches take when its process had the GPU to itself.
 #[test]
 fn used_beside_others_is_what_the_launches_take_alone() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
-    let used = |s: &Scheduler, c, now| s.usage(c, now).unwrap().gpu_total;
+    let mut s = gated_halves();
     // alone, from an empty queue: 10 launches kept the GPU busy 20 ms, 2 ms each
     s.acquire(1, 10, 0);
     assert!(s.poll(0).is_some());
     s.launched(10, 10, 20 * MS);
     s.release(10, 20 * MS, 20 * MS);
-    assert_eq!(used(&s, 1, 20 * MS), 20 * MS);
+    assert_eq!(gpu_total(&s, 1, 20 * MS), 20 * MS);
     // beside client 2's lease (they weigh the same and overlap), its work pending all 20 ms
     let t = 20 * MS;
     let granted = processes_10_and_20_ask(&mut s, t);
@@ -900,7 +928,7 @@ fn used_beside_others_is_what_the_launches_take_alone() {
     s.launched(10, 4, t + 20 * MS);
     s.release(10, 20 * MS, t + 20 * MS);
     assert_eq!(
-        used(&s, 1, t + 20 * MS) - 20 * MS,
+        gpu_total(&s, 1, t + 20 * MS) - 20 * MS,
         8 * MS,
         "4 launches at 2 ms, not its busy time nor half the time"
     );
@@ -909,7 +937,7 @@ fn used_beside_others_is_what_the_launches_take_alone() {
     s.acquire(1, 10, t + 20 * MS);
     assert!(s.poll(t + 20 * MS).is_some());
     s.release(10, 6 * MS, t + 40 * MS);
-    let last = used(&s, 1, t + 40 * MS) - 28 * MS;
+    let last = gpu_total(&s, 1, t + 40 * MS) - 28 * MS;
     assert!(last > 0 && last <= 6 * MS, "{last}");
 }
 
@@ -921,17 +949,14 @@ fn used_beside_others_is_what_the_launches_take_alone() {
 /// work.
 #[test]
 fn used_is_the_time_in_gpu_phases() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
-    let used = |s: &Scheduler, c, now| s.usage(c, now).unwrap().gpu_total;
+    let mut s = gated_halves();
     // alone, from an empty queue: 100 launches pending 2 ms, in GPU phases 18 ms
     s.acquire(1, 10, 0);
     assert!(s.poll(0).is_some());
     s.launched(10, 100, 20 * MS);
     s.was_active(10, 18 * MS);
     s.release(10, 2 * MS, 20 * MS);
-    assert_eq!(used(&s, 1, 20 * MS), 18 * MS, "its time in GPU phases");
+    assert_eq!(gpu_total(&s, 1, 20 * MS), 18 * MS, "its time in GPU phases");
     // beside client 2's lease: 50 launches at 180 us each, whatever it reports
     let t = 20 * MS;
     let granted = processes_10_and_20_ask(&mut s, t);
@@ -939,13 +964,13 @@ fn used_is_the_time_in_gpu_phases() {
     s.launched(10, 50, t + 20 * MS);
     s.was_active(10, 12 * MS);
     s.release(10, 20 * MS, t + 20 * MS);
-    assert_eq!(used(&s, 1, t + 20 * MS) - 18 * MS, 9 * MS);
+    assert_eq!(gpu_total(&s, 1, t + 20 * MS) - 18 * MS, 9 * MS);
     // client 2's process, never alone: in GPU phases all 20 ms, its work pending 16 ms, of
     // which the driver's equal turns gave it 10 ms: 20 ms times 10 / 16
     s.launched(20, 30, t + 20 * MS);
     s.was_active(20, 20 * MS);
     s.release(20, 16 * MS, t + 20 * MS);
-    let turns = used(&s, 2, t + 20 * MS);
+    let turns = gpu_total(&s, 2, t + 20 * MS);
     assert!(
         (12 * MS..=13 * MS).contains(&turns),
         "its time in GPU phases, times the part of its pending time its work ran: {turns}"
@@ -1025,9 +1050,7 @@ fn processes_10_and_20_ask(s: &mut Scheduler, t: Nanos) -> Vec<Grant> {
 /// Two clients of request 0.5, whose processes 10 and 20 each ran a lease alone, 800 and 100
 /// launches, one after the other from 0 to 40 ms.
 fn two_equal_clients_each_alone_first() -> Scheduler {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
+    let mut s = gated_halves();
     for (k, (client, session, launches)) in [(1, 10, 800), (2, 20, 100)].into_iter().enumerate() {
         let t = k as Nanos * 20 * MS;
         s.acquire(client, session, t);
@@ -1123,9 +1146,7 @@ fn processes_of_equal_weight_overlap_whatever_their_demands() {
 /// time slices (the launch-bound MLP job 5.2 s of 33, at 0.54 of its time-sliced rate).
 #[test]
 fn a_process_due_a_probe_that_never_comes_extends_its_lease() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
+    let mut s = gated_halves();
     // measured alone once: light
     s.acquire(1, 10, 0);
     let g = s.poll(0).unwrap();
@@ -1599,9 +1620,7 @@ fn holders_granted_uncontended_are_told_once_when_another_process_waits() {
 /// learns that it is shared now; under MPS (no overlap by demand) nobody is told.
 #[test]
 fn holders_granted_alone_are_told_when_another_lease_joins() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
+    let mut s = gated_halves();
     s.acquire(1, 10, 0);
     s.acquire(2, 20, 0);
     let first = s.poll(0).unwrap();
@@ -1937,9 +1956,7 @@ fn a_probe_is_not_ended_for_another() {
 /// its launches back for a queue that is long only because of the others' work.
 #[test]
 fn leases_beside_others_are_marked_shared() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
+    let mut s = gated_halves();
     for (c, sid) in [(1, 10), (2, 20)] {
         s.acquire(c, sid, 0);
         let g = s.poll(0).unwrap();
@@ -2546,9 +2563,7 @@ fn the_lease_mode_without_overlap_by_demand_is_one_at_a_time_or_concurrent() {
 /// lease; 0 without overlap by demand.
 #[test]
 fn a_clients_demand_adds_up_its_processes_that_hold_or_wait() {
-    let mut s = gated(20 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, shares(0.5, 1.0), 0);
+    let mut s = gated_halves();
     let none = s.client_demand(1);
     assert!(
         none == 0.0 && none.is_sign_positive(),
@@ -3291,46 +3306,6 @@ fn burst_credit_follows_the_clients_present() {
     assert_eq!(rate(&s, 1), 0.05, "nobody present again");
 }
 
-/// [`run_gated`] where each process also reports the time it was in its GPU phases, `active`
-/// of each lease's wall time (a launch-bound loop: launching all the time, its work pending
-/// little of it).
-fn run_gated_active(
-    s: &mut Scheduler,
-    sessions: &[(ClientId, SessionId, f64, f64)],
-    span: Nanos,
-) -> BTreeMap<ClientId, f64> {
-    let mut leases: Vec<(ClientId, SessionId, Nanos, Nanos)> = vec![];
-    let mut held: BTreeMap<ClientId, Nanos> = BTreeMap::new();
-    let find = |sid: SessionId| *sessions.iter().find(|x| x.1 == sid).unwrap();
-    for &(c, sid, _, _) in sessions {
-        s.acquire(c, sid, 0);
-    }
-    let mut t = 0;
-    while t < 2 * span {
-        leases.retain(|&(c, sid, start, end)| {
-            if end > t {
-                return true;
-            }
-            let (_, _, busy, active) = find(sid);
-            let wall = (t - start) as f64;
-            s.was_active(sid, (wall * active) as Nanos);
-            s.release(sid, (wall * busy) as Nanos, t);
-            s.acquire(c, sid, t);
-            false
-        });
-        while let Some(g) = s.poll(t) {
-            leases.push((g.client, g.session, t, t + g.lease_ns));
-            if t >= span {
-                *held.entry(g.client).or_default() += g.lease_ns;
-            }
-        }
-        t += MS;
-    }
-    held.into_iter()
-        .map(|(c, ns)| (c, ns as f64 / span as f64))
-        .collect()
-}
-
 /// A process light by its busy time but in its GPU phases all along (a launch-bound loop) does
 /// not start ahead of the first in line once its client's USED is past its weight's part: it
 /// progresses nearly as fast beside others as alone, and starting beside every lease it took
@@ -3345,12 +3320,12 @@ fn a_launch_bound_process_past_its_part_does_not_start_ahead_of_the_line() {
         s.set_client(2, shares(0.4, 1.0), 0);
         s.set_client(3, shares(0.2, 1.0), 0);
         let sessions = [
-            (1, 10, 1.0, 1.0),
-            (1, 11, 1.0, 1.0),
-            (2, 20, 1.0, 1.0),
-            (3, 30, 0.1, active),
+            (1, 10, 1.0, None),
+            (1, 11, 1.0, None),
+            (2, 20, 1.0, None),
+            (3, 30, 0.1, Some(active)),
         ];
-        run_gated_active(&mut s, &sessions, 20 * S)
+        run_gated_reporting(&mut s, &sessions, 20 * S).1
     };
     let light = run(0.1);
     assert!(light[&3] > 0.9, "the light process held {:.3}", light[&3]);

@@ -99,8 +99,9 @@ impl Scheduler {
         }
     }
 
-    /// A client's figures at `now` (`None` for a client the scheduler does not know).
-    pub fn usage(&self, id: ClientId, now: Nanos) -> Option<Usage> {
+    /// The part of the last [`USAGE_WINDOW`] that client `id`'s work took (its USED), at most
+    /// 1; `None` for a client the scheduler does not know.
+    pub(super) fn recent_share(&self, id: ClientId, now: Nanos) -> Option<f64> {
         let c = self.clients.get(&id)?;
         let from = now.saturating_sub(USAGE_WINDOW).max(self.started);
         let span = now.saturating_sub(from).max(1) as f64;
@@ -110,6 +111,12 @@ impl Scheduler {
             .filter(|(end, _)| *end >= from)
             .map(|(_, ns)| ns)
             .sum();
+        Some((recent as f64 / span).min(1.0))
+    }
+
+    /// A client's figures at `now` (`None` for a client the scheduler does not know).
+    pub fn usage(&self, id: ClientId, now: Nanos) -> Option<Usage> {
+        let c = self.clients.get(&id)?;
         let waiting_now: Nanos = c
             .waiting
             .iter()
@@ -117,7 +124,7 @@ impl Scheduler {
             .map(|since| now.saturating_sub(since))
             .sum();
         Some(Usage {
-            share: (recent as f64 / span).min(1.0),
+            share: self.recent_share(id, now)?,
             charged_total: c.charged_total,
             gpu_total: c.gpu_total,
             grants: c.grants,
