@@ -199,6 +199,12 @@ def verdict_dues(path, windows):
     return dues
 
 
+def seed_order(d):
+    """Seeds in numeric order, then cells by name."""
+    name = d.rsplit("seed-", 1)[1]
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
 def analyze_seed(d, solo, a):
     scenario = json.load(open(os.path.join(d, "scenario.json")))
     seed = scenario["seed"]
@@ -546,7 +552,7 @@ def main():
     solo = {r["spec"]: r for r in read_jsonl(os.path.join(a.dir, "solo.jsonl")) if r.get("kind") == "solo"}
     summaries, scenarios, rows = [], {}, []
     seed_dirs = glob.glob(os.path.join(a.dir, "seed-*", "scenario.json"))
-    for d in sorted((os.path.dirname(x) for x in seed_dirs), key=lambda x: int(x.rsplit("-", 1)[1])):
+    for d in sorted((os.path.dirname(x) for x in seed_dirs), key=seed_order):
         s, r = analyze_seed(d, solo, a)
         scenarios[s["seed"]] = json.load(open(os.path.join(d, "scenario.json")))
         summaries.append(s)

@@ -8,6 +8,7 @@
 # graphs; training loops bound by their host; a launch-bound MLP; bursty jobs; inference every
 # 5 ms), some starting later or ending earlier, and one or two share changes at random times.
 # Running `bench/soak/run.sh DIR 17` again replays seed 17 exactly (with the same SOAK_SECONDS).
+# A SEED may also name a hand-written mix, cells/NAME.json (scenario.py says how one is written).
 # Per seed, in OUTPUT_DIR/seed-SEED:
 #   solo       each workload of the seed not yet in OUTPUT_DIR/solo.jsonl alone on the GPU, for
 #              SOAK_SOLO_SECONDS: its solo rate (units/s) and busy fraction (the share of the
@@ -241,7 +242,7 @@ if [[ -z $dry ]]; then
   fi
 fi
 for seed in "${seeds[@]}"; do
-  [[ $seed =~ ^[0-9]+$ ]] || { log "not a seed: $seed"; continue; }
+  [[ $seed =~ ^[0-9]+$ || -f $here/cells/$seed.json ]] || { log "not a seed, nor a cell of $here/cells: $seed"; continue; }
   run_seed
 done
 if [[ -z $dry ]]; then

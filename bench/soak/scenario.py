@@ -2,6 +2,12 @@
 
   scenario.py SEED [--seconds S] [--timeslice-seconds T] [--dir DIR]
 
+SEED is a number, or the name of a hand-written mix in cells/NAME.json (a *cell*: a mix that a
+seed showed, cut down to what it is about, or its control without one of its clients). A cell
+gives what a seed draws, `clients` (each with `name`, `user`, `interactive`, `request`, `limit`
+and `procs`, each process a `spec` and its `start` and `end` as fractions of the run) and
+`changes` (`t` as a fraction of the run, `client`, `request`), and replays the same way.
+
 prints the scenario: its clients (request, limit, class, memory cap, Unix user) and each one's
 processes (workload, start and end), and the share changes at run time. With --dir it also writes
   DIR/scenario.json      the scenario
@@ -112,6 +118,33 @@ def generate(seed, seconds, ts_seconds):
             "changes": changes}
 
 
+def cell(name, seconds, ts_seconds):
+    """The hand-written mix cells/NAME.json, its times scaled as a seed's are."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "cells", f"{name}.json")) as f:
+        spec = json.load(f)
+    clients, request = [], {}
+    for c in spec["clients"]:
+        procs = []
+        for k, p in enumerate(c["procs"], 1):
+            start, end = p.get("start", 0.0), p.get("end", 1.0)
+            procs.append({"name": f"{c['name']}.{k}", "spec": p["spec"],
+                          "start": round(start * seconds, 1), "end": round(end * seconds, 1),
+                          "ts_start": round(start * ts_seconds, 1), "ts_end": round(end * ts_seconds, 1),
+                          "seed": 1000 * len(clients) + k})
+        clients.append({"name": c["name"], "user": c["user"], "interactive": c.get("interactive", False),
+                        "request": c["request"], "limit": c.get("limit", 1.0), "procs": procs,
+                        "memory_gib": MEMORY_GIB_PER_PROCESS * len(procs)})
+        request[c["name"]] = c["request"]
+    changes = []
+    for ch in spec.get("changes", []):
+        changes.append({"t": round(ch["t"] * seconds, 1), "client": ch["client"],
+                        "from": request[ch["client"]], "request": ch["request"]})
+        request[ch["client"]] = ch["request"]
+    return {"seed": name, "seconds": seconds, "timeslice_seconds": ts_seconds, "clients": clients,
+            "changes": changes}
+
+
 def clients_toml(scenario, upto=0):
     """The [clients.*] tables, with the first `upto` share changes applied."""
     request = {c["name"]: c["request"] for c in scenario["clients"]}
@@ -156,12 +189,15 @@ def plan(s):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("seed", type=int)
+    p.add_argument("seed", help="a number, or the name of a cell (cells/NAME.json)")
     p.add_argument("--seconds", type=float, default=180)
     p.add_argument("--timeslice-seconds", type=float, default=40)
     p.add_argument("--dir", help="write scenario.json, scenario.txt, clients*.toml and plan.tsv here")
     a = p.parse_args()
-    s = generate(a.seed, a.seconds, a.timeslice_seconds)
+    if a.seed.isdigit():
+        s = generate(int(a.seed), a.seconds, a.timeslice_seconds)
+    else:
+        s = cell(a.seed, a.seconds, a.timeslice_seconds)
     text = describe(s)
     print(text)
     if a.dir:
