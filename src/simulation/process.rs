@@ -46,8 +46,8 @@ pub struct HookRules {
 
 /// How long after a revocation the hook gives the lease back if no launch did.
 const REVOKE_SLACK_NS: Nanos = 200_000;
-/// An interactive process idle this long gives its lease back.
-const INTERACTIVE_IDLE_NS: Nanos = 500_000;
+/// An interactive process idle this long gives its lease back (the hook's `INTERACTIVE_IDLE_NS`).
+const INTERACTIVE_IDLE_NS: Nanos = 200_000;
 /// A lease past its end is given back once its process left the GPU this long.
 const QUIET_NS: Nanos = 1_000_000;
 /// A lease others waited for is given back once its process left the GPU for this part of it
