@@ -95,8 +95,14 @@ impl Scheduler {
             self.launch_costs.learn_alone(h.session, active, h.launches);
         }
         if !self.interactive(h.client) {
-            self.paces
-                .learn(h.session, now, owed, h.launches, h.company());
+            self.paces.learn(
+                h.session,
+                now,
+                owed,
+                (wall, h.active, h.length),
+                h.launches,
+                h.company(),
+            );
         }
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {

@@ -787,8 +787,14 @@ impl Scheduler {
         c.grants += 1;
         book.granted();
         if !c.shares.interactive {
-            self.paces
-                .learn(session, now, owed, h.launches, h.company());
+            self.paces.learn(
+                session,
+                now,
+                owed,
+                (now.saturating_sub(h.start), h.active, h.length),
+                h.launches,
+                h.company(),
+            );
         }
         tracing::debug!(
             client = h.client,

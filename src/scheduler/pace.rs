@@ -20,6 +20,15 @@
 //! Where a process's launch rate beside others is not known for [`PACE_MEMORY`], it may start
 //! beside others again: one lease of it measures the rate anew, so a process slowed by one
 //! neighbour is not held alone for good once that neighbour has gone.
+//!
+//! Charged its part, a process that keeps a third of its pace beside two others loses nothing
+//! by that measure, and its client's virtual time falls behind, which helps it nothing while it
+//! always holds a lease beside theirs: the driver's turns, not the line, divide the GPU then. So
+//! a process is also *held back* where its launches per second of lease beside others, over
+//! the same [`PACE_MEMORY`], run at less than [`HELD_BACK`] of the same in its leases by itself
+//! (leases it spent in GPU phases, [`Paces::learn`]); while its client is owed its request
+//! ([`super::guarantee`]), its leases too share the GPU with no other batch lease. Once its
+//! client has caught up with its request, it runs beside others again.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -33,15 +42,20 @@ pub const PACE_MEMORY: Nanos = 10_000_000_000;
 /// by itself (GPU soak seeds 26 and 29), and a fifth let it run beside a launch-bound MLP loop at
 /// 0.2-0.3 for tens of seconds, where it got a quarter of its due.
 pub const SLOWED: f64 = 0.35;
+/// A process of a client owed its request ([`super::guarantee`]) that keeps less than this part
+/// of its pace alone beside others runs alone ([`Paces::held_back`]).
+pub const HELD_BACK: f64 = 0.5;
 /// Leases charged less than this teach nothing (a lease given back at once launched a kernel or
 /// two).
 const LEAST_CHARGED: Nanos = 1_000_000;
 
-/// One lease's launches: when it ended, what it was charged, its launches.
+/// One lease's launches: when it ended, what it was charged, how long it ran (0 where that
+/// says nothing of its pace, [`Paces::learn`]), its launches.
 #[derive(Debug, Clone, Copy)]
 struct Stretch {
     end: Nanos,
     charged: Nanos,
+    wall: Nanos,
     launches: u64,
 }
 
@@ -70,12 +84,20 @@ pub struct Paces {
 
 impl Paces {
     /// A stretch of a batch lease of `session` ended at `now` (its end, or an extension):
-    /// `launches` where it was `charged` that much time, in `company`.
+    /// `launches` in `wall` time of a lease of `length`, its process in GPU phases for `active`
+    /// of it (0: not reported), where it was `charged` that much time, in `company`. Its wall
+    /// time counts for [`Paces::wall_slowdown`] only where the process was in GPU phases nearly
+    /// all of it, for a quarter of its length or more: a process that waits between requests
+    /// (inference every 5 ms) launches as its period allows, and a lease of it alone that
+    /// caught up with requests that had waited launched faster than its period; read against
+    /// that, inference processes beside others looked held back to 0.3 of their pace alone,
+    /// where they launched as often per second as alone.
     pub fn learn(
         &mut self,
         session: SessionId,
         now: Nanos,
         charged: Nanos,
+        (wall, active, length): (Nanos, Nanos, Nanos),
         launches: u64,
         company: Company,
     ) {
@@ -95,6 +117,13 @@ impl Paces {
             Stretch {
                 end: now,
                 charged,
+                wall: if wall.saturating_mul(4) >= length
+                    && active.saturating_mul(10) >= wall.saturating_mul(9)
+                {
+                    wall.max(charged)
+                } else {
+                    0
+                },
                 launches,
             },
         );
@@ -103,9 +132,34 @@ impl Paces {
     /// Its launches per second charged beside others, over the last [`PACE_MEMORY`], over the
     /// same in its last leases by itself; `None` where either is unknown.
     pub fn slowdown(&self, session: SessionId, now: Nanos) -> Option<f64> {
+        self.ratio(session, now, |s| s.charged)
+    }
+
+    /// The same per second of its leases' own length: the part of its pace alone that it kept
+    /// beside others, however its time there was charged.
+    pub fn wall_slowdown(&self, session: SessionId, now: Nanos) -> Option<f64> {
+        self.ratio(session, now, |s| s.wall)
+    }
+
+    /// Whether `session` kept less than [`HELD_BACK`] of its pace alone beside others lately
+    /// ([`Paces::wall_slowdown`]).
+    pub fn held_back(&self, session: SessionId, now: Nanos) -> bool {
+        self.wall_slowdown(session, now)
+            .is_some_and(|x| x < HELD_BACK)
+    }
+
+    fn ratio(
+        &self,
+        session: SessionId,
+        now: Nanos,
+        time: impl Fn(&Stretch) -> Nanos,
+    ) -> Option<f64> {
         let rates = self.by_session.get(&session)?;
-        let alone = rate(rates.alone.iter())?;
-        let beside = rate(rates.beside.iter().filter(|s| s.end + PACE_MEMORY >= now))?;
+        let alone = rate(rates.alone.iter(), &time)?;
+        let beside = rate(
+            rates.beside.iter().filter(|s| s.end + PACE_MEMORY >= now),
+            &time,
+        )?;
         (alone > 0.0).then_some(beside / alone)
     }
 
@@ -119,10 +173,15 @@ impl Paces {
     }
 }
 
-/// Launches per nanosecond charged of `stretches`.
-fn rate<'a>(stretches: impl Iterator<Item = &'a Stretch>) -> Option<f64> {
-    let (charged, launches) = stretches.fold((0, 0), |(c, n), s| (c + s.charged, n + s.launches));
-    (charged > 0).then(|| launches as f64 / charged as f64)
+/// Launches per nanosecond of `stretches`, counting each one's `time` (charged or wall).
+fn rate<'a>(
+    stretches: impl Iterator<Item = &'a Stretch>,
+    time: impl Fn(&Stretch) -> Nanos,
+) -> Option<f64> {
+    let (t, launches) = stretches
+        .filter(|s| time(s) > 0)
+        .fold((0, 0), |(c, n), s| (c + time(s), n + s.launches));
+    (t > 0).then(|| launches as f64 / t as f64)
 }
 
 #[cfg(test)]
@@ -134,12 +193,40 @@ mod tests {
     #[test]
     fn a_process_whose_launches_beside_others_crawl_runs_alone() {
         let mut p = Paces::default();
-        p.learn(1, 20 * MS, 20 * MS, 720, Company::Nobody);
+        p.learn(
+            1,
+            20 * MS,
+            20 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            720,
+            Company::Nobody,
+        );
         assert!(!p.slowed(1, 20 * MS), "nothing known beside others");
-        p.learn(1, 40 * MS, 10 * MS, 30, Company::Batch);
+        p.learn(
+            1,
+            40 * MS,
+            10 * MS,
+            (10 * MS, 10 * MS, 10 * MS),
+            30,
+            Company::Batch,
+        );
         assert!(p.slowed(1, 40 * MS), "720 a lease alone, 30 in half of one");
-        p.learn(2, 20 * MS, 20 * MS, 800, Company::Nobody);
-        p.learn(2, 40 * MS, 20 * MS / 8, 100, Company::Batch);
+        p.learn(
+            2,
+            20 * MS,
+            20 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            800,
+            Company::Nobody,
+        );
+        p.learn(
+            2,
+            40 * MS,
+            20 * MS / 8,
+            (20 * MS / 8, 20 * MS / 8, 20 * MS / 8),
+            100,
+            Company::Batch,
+        );
         assert!(
             !p.slowed(2, 40 * MS),
             "an eighth of its pace beside seven others, charged an eighth of the time"
@@ -151,23 +238,166 @@ mod tests {
     }
 
     #[test]
+    fn a_process_that_keeps_little_of_its_pace_beside_others_is_held_back() {
+        let mut p = Paces::default();
+        p.learn(
+            1,
+            20 * MS,
+            20 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            800,
+            Company::Nobody,
+        );
+        // beside two others, charged a third of each lease, launching a third as often
+        p.learn(
+            1,
+            40 * MS,
+            7 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            280,
+            Company::Batch,
+        );
+        assert!(
+            !p.slowed(1, 40 * MS),
+            "its pace per time charged is its pace alone"
+        );
+        assert!(
+            p.held_back(1, 40 * MS),
+            "a third of its pace alone per second"
+        );
+        p.learn(
+            2,
+            20 * MS,
+            20 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            800,
+            Company::Nobody,
+        );
+        p.learn(
+            2,
+            40 * MS,
+            10 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            600,
+            Company::Batch,
+        );
+        assert!(!p.held_back(2, 40 * MS), "three quarters of its pace alone");
+    }
+
+    #[test]
+    fn a_lease_mostly_out_of_gpu_phases_says_nothing_of_its_pace_per_second() {
+        let mut p = Paces::default();
+        // inference every 5 ms: a lease alone that caught up with requests that had waited
+        p.learn(
+            1,
+            20 * MS,
+            4 * MS,
+            (4 * MS, 4 * MS, 20 * MS),
+            32,
+            Company::Nobody,
+        );
+        p.learn(
+            1,
+            40 * MS,
+            20 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            64,
+            Company::Nobody,
+        );
+        // beside others, in GPU phases a third of each lease: its period's pace
+        p.learn(
+            1,
+            60 * MS,
+            10 * MS,
+            (20 * MS, 7 * MS, 20 * MS),
+            16,
+            Company::Batch,
+        );
+        assert_eq!(
+            p.wall_slowdown(1, 60 * MS),
+            None,
+            "nothing measured beside others"
+        );
+        assert!(!p.held_back(1, 60 * MS));
+        assert_eq!(
+            p.wall_slowdown(1, 60 * MS),
+            None,
+            "and its short lease alone counted for nothing either"
+        );
+        p.learn(
+            1,
+            80 * MS,
+            10 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            40,
+            Company::Batch,
+        );
+        let x = p.wall_slowdown(1, 80 * MS).unwrap();
+        assert!(
+            (x - 40.0 / 64.0).abs() < 1e-9,
+            "{x}: against its whole lease alone only"
+        );
+        p.learn(1, 100 * MS, 10 * MS, (0, 0, 20 * MS), 40, Company::Batch);
+        let y = p.wall_slowdown(1, 100 * MS).unwrap();
+        assert!(
+            (y - x).abs() < 1e-9,
+            "a lease whose GPU phases were not reported: nothing"
+        );
+    }
+
+    #[test]
     fn short_leases_and_leases_without_launches_teach_nothing() {
         let mut p = Paces::default();
-        p.learn(1, 20 * MS, 20 * MS, 720, Company::Nobody);
-        p.learn(1, 21 * MS, MS / 2, 1, Company::Batch);
-        p.learn(1, 40 * MS, 10 * MS, 0, Company::Batch);
+        p.learn(
+            1,
+            20 * MS,
+            20 * MS,
+            (20 * MS, 20 * MS, 20 * MS),
+            720,
+            Company::Nobody,
+        );
+        p.learn(
+            1,
+            21 * MS,
+            MS / 2,
+            (MS / 2, MS / 2, MS / 2),
+            1,
+            Company::Batch,
+        );
+        p.learn(
+            1,
+            40 * MS,
+            10 * MS,
+            (10 * MS, 10 * MS, 10 * MS),
+            0,
+            Company::Batch,
+        );
         assert_eq!(
             p.slowdown(1, 40 * MS),
             None,
             "nor do leases that launched nothing"
         );
-        p.learn(1, 60 * MS, 10 * MS, 30, Company::Interactive);
+        p.learn(
+            1,
+            60 * MS,
+            10 * MS,
+            (10 * MS, 10 * MS, 10 * MS),
+            30,
+            Company::Interactive,
+        );
         assert_eq!(
             p.slowdown(1, 60 * MS),
             None,
             "nor leases beside interactive ones only"
         );
-        p.learn(1, 80 * MS, 10 * MS, 30, Company::Batch);
+        p.learn(
+            1,
+            80 * MS,
+            10 * MS,
+            (10 * MS, 10 * MS, 10 * MS),
+            30,
+            Company::Batch,
+        );
         assert!(p.slowed(1, 80 * MS));
         p.forget(1);
         assert_eq!(p.slowdown(1, 80 * MS), None, "forgotten");

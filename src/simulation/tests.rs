@@ -1606,3 +1606,19 @@ fn soak_seed_31s_batch_client_keeps_its_due_beside_an_interactive_one() {
     let sc = soak_seed_31();
     assert_kept(&sc, &run(&sc), batch(&sc));
 }
+
+/// Random launch-bound mix 10, its first 20 s: two loops that wait for each of their tiny
+/// kernels (clients of requests 0.42 and 0.43) beside a client of request 0.11 running two
+/// launch-bound loops. All of them fit by demand, and the loops that wait kept 0.3-0.4 of their
+/// pace alone beside the launch-bound ones: charged their part, each got 0.27-0.39 of a due
+/// 0.44-0.45 while the client of 0.11 took 0.33. Owed their requests and held back beside
+/// others ([`crate::scheduler::pace`]), they run alone until they are not owed.
+#[test]
+fn loops_that_wait_for_tiny_kernels_get_their_due_beside_launch_bound_ones() {
+    let sc = Scenario {
+        duration: 20 * S,
+        ..Scenario::random_of(10, 30 * S, &[Kind::LaunchBound])
+    };
+    assert_eq!(sc.clients.len(), 3);
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
