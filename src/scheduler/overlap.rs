@@ -74,10 +74,11 @@ impl Scheduler {
 
     /// Whether these processes (session, client) include two or more batch ones, one of which
     /// crawls beside others ([`super::pace`]), or is of a client owed its request and held back
-    /// beside others ([`Paces::held_back`](super::pace::Paces::held_back)). A loop that waits for each of its tiny
-    /// kernels, beside launch-bound loops that fit by demand, launched at 0.3-0.4 of its pace
-    /// alone (in the simulation): charged its part, it was charged little and stayed behind its
-    /// due, and no line order could help it while it always held a lease beside theirs.
+    /// beside others ([`Paces::held_back`](super::pace::Paces::held_back)). A loop that waits
+    /// for each of its tiny kernels, beside launch-bound loops that fit by demand, launched at
+    /// 0.3-0.4 of its pace alone (in the simulation): charged its part, it was charged little
+    /// and stayed behind its due, and no line order could help it while it always held a lease
+    /// beside theirs.
     pub(super) fn one_crawls_among(&self, procs: &[(SessionId, ClientId)], now: Nanos) -> bool {
         let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c));
         batch.clone().count() > 1
