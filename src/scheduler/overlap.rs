@@ -83,7 +83,7 @@ impl Scheduler {
         let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c));
         batch.clone().count() > 1
             && batch.into_iter().any(|&(s, c)| {
-                self.paces.slowed(s, now) || (self.paces.held_back(s, now) && self.owed(c, now))
+                self.paces.slowed(s, now) || (self.owed(c, now) && self.paces.held_back(s, now))
             })
     }
 

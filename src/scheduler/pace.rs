@@ -190,43 +190,28 @@ mod tests {
 
     const MS: Nanos = 1_000_000;
 
+    /// A lease of `session` that ended at `now`, ran `time` and was charged it, in GPU phases
+    /// all along: `launches` in `company`.
+    fn whole(
+        p: &mut Paces,
+        session: SessionId,
+        now: Nanos,
+        time: Nanos,
+        launches: u64,
+        company: Company,
+    ) {
+        p.learn(session, now, time, (time, time, time), launches, company);
+    }
+
     #[test]
     fn a_process_whose_launches_beside_others_crawl_runs_alone() {
         let mut p = Paces::default();
-        p.learn(
-            1,
-            20 * MS,
-            20 * MS,
-            (20 * MS, 20 * MS, 20 * MS),
-            720,
-            Company::Nobody,
-        );
+        whole(&mut p, 1, 20 * MS, 20 * MS, 720, Company::Nobody);
         assert!(!p.slowed(1, 20 * MS), "nothing known beside others");
-        p.learn(
-            1,
-            40 * MS,
-            10 * MS,
-            (10 * MS, 10 * MS, 10 * MS),
-            30,
-            Company::Batch,
-        );
+        whole(&mut p, 1, 40 * MS, 10 * MS, 30, Company::Batch);
         assert!(p.slowed(1, 40 * MS), "720 a lease alone, 30 in half of one");
-        p.learn(
-            2,
-            20 * MS,
-            20 * MS,
-            (20 * MS, 20 * MS, 20 * MS),
-            800,
-            Company::Nobody,
-        );
-        p.learn(
-            2,
-            40 * MS,
-            20 * MS / 8,
-            (20 * MS / 8, 20 * MS / 8, 20 * MS / 8),
-            100,
-            Company::Batch,
-        );
+        whole(&mut p, 2, 20 * MS, 20 * MS, 800, Company::Nobody);
+        whole(&mut p, 2, 40 * MS, 20 * MS / 8, 100, Company::Batch);
         assert!(
             !p.slowed(2, 40 * MS),
             "an eighth of its pace beside seven others, charged an eighth of the time"
@@ -240,14 +225,7 @@ mod tests {
     #[test]
     fn a_process_that_keeps_little_of_its_pace_beside_others_is_held_back() {
         let mut p = Paces::default();
-        p.learn(
-            1,
-            20 * MS,
-            20 * MS,
-            (20 * MS, 20 * MS, 20 * MS),
-            800,
-            Company::Nobody,
-        );
+        whole(&mut p, 1, 20 * MS, 20 * MS, 800, Company::Nobody);
         // beside two others, charged a third of each lease, launching a third as often
         p.learn(
             1,
@@ -265,14 +243,7 @@ mod tests {
             p.held_back(1, 40 * MS),
             "a third of its pace alone per second"
         );
-        p.learn(
-            2,
-            20 * MS,
-            20 * MS,
-            (20 * MS, 20 * MS, 20 * MS),
-            800,
-            Company::Nobody,
-        );
+        whole(&mut p, 2, 20 * MS, 20 * MS, 800, Company::Nobody);
         p.learn(
             2,
             40 * MS,
@@ -296,14 +267,7 @@ mod tests {
             32,
             Company::Nobody,
         );
-        p.learn(
-            1,
-            40 * MS,
-            20 * MS,
-            (20 * MS, 20 * MS, 20 * MS),
-            64,
-            Company::Nobody,
-        );
+        whole(&mut p, 1, 40 * MS, 20 * MS, 64, Company::Nobody);
         // beside others, in GPU phases a third of each lease: its period's pace
         p.learn(
             1,
@@ -319,11 +283,6 @@ mod tests {
             "nothing measured beside others"
         );
         assert!(!p.held_back(1, 60 * MS));
-        assert_eq!(
-            p.wall_slowdown(1, 60 * MS),
-            None,
-            "and its short lease alone counted for nothing either"
-        );
         p.learn(
             1,
             80 * MS,
@@ -348,56 +307,21 @@ mod tests {
     #[test]
     fn short_leases_and_leases_without_launches_teach_nothing() {
         let mut p = Paces::default();
-        p.learn(
-            1,
-            20 * MS,
-            20 * MS,
-            (20 * MS, 20 * MS, 20 * MS),
-            720,
-            Company::Nobody,
-        );
-        p.learn(
-            1,
-            21 * MS,
-            MS / 2,
-            (MS / 2, MS / 2, MS / 2),
-            1,
-            Company::Batch,
-        );
-        p.learn(
-            1,
-            40 * MS,
-            10 * MS,
-            (10 * MS, 10 * MS, 10 * MS),
-            0,
-            Company::Batch,
-        );
+        whole(&mut p, 1, 20 * MS, 20 * MS, 720, Company::Nobody);
+        whole(&mut p, 1, 21 * MS, MS / 2, 1, Company::Batch);
+        whole(&mut p, 1, 40 * MS, 10 * MS, 0, Company::Batch);
         assert_eq!(
             p.slowdown(1, 40 * MS),
             None,
             "nor do leases that launched nothing"
         );
-        p.learn(
-            1,
-            60 * MS,
-            10 * MS,
-            (10 * MS, 10 * MS, 10 * MS),
-            30,
-            Company::Interactive,
-        );
+        whole(&mut p, 1, 60 * MS, 10 * MS, 30, Company::Interactive);
         assert_eq!(
             p.slowdown(1, 60 * MS),
             None,
             "nor leases beside interactive ones only"
         );
-        p.learn(
-            1,
-            80 * MS,
-            10 * MS,
-            (10 * MS, 10 * MS, 10 * MS),
-            30,
-            Company::Batch,
-        );
+        whole(&mut p, 1, 80 * MS, 10 * MS, 30, Company::Batch);
         assert!(p.slowed(1, 80 * MS));
         p.forget(1);
         assert_eq!(p.slowdown(1, 80 * MS), None, "forgotten");

@@ -1600,7 +1600,8 @@ fn soak_seed_31_explained() {
 /// time. On the GPU the soak cell `interactive-beside-5ms` (this mix alone) measured the cost:
 /// 0.91 beside the interactive client, 0.95 beside the same inference in a batch client, the
 /// same with a queue four times as deep; about the time each interactive lease stayed held
-/// past its work (0.5 ms idle then, 0.2 ms now) while the revoked batch lease waited.
+/// past its work (0.5 ms idle then) while the revoked batch lease waited. Held 0.2 ms, side by
+/// side: 0.924-0.935 (0.903-0.917 at 0.5 ms; time-slicing 0.926).
 #[test]
 fn soak_seed_31s_batch_client_keeps_its_due_beside_an_interactive_one() {
     let sc = soak_seed_31();
