@@ -1149,7 +1149,7 @@ impl Scheduler {
         }
         if let Some((_, id)) = urgent {
             self.revoke_batch(now);
-            return self.grant(id, now, false, None, "interactive");
+            return self.grant(id, now, false, "interactive");
         }
         let &(_, mut id) = line.first()?;
         if self.holders.len() >= self.slots {
@@ -1220,7 +1220,7 @@ impl Scheduler {
         for h in &mut self.holders {
             h.backfilled = false;
         }
-        self.grant(id, now, probe, None, why)
+        self.grant(id, now, probe, why)
     }
 
     /// Ends the running batch leases at their holders' next launch (they are told through
@@ -1241,22 +1241,13 @@ impl Scheduler {
         }
     }
 
-    /// A lease for the next waiting session of client `id`; a `probe` lasts a quarter quantum,
-    /// and one that must end by `until` no longer.
-    fn grant(
-        &mut self,
-        id: ClientId,
-        now: Nanos,
-        probe: bool,
-        until: Option<Nanos>,
-        why: &str,
-    ) -> Option<Grant> {
+    /// A lease for the next waiting session of client `id`; a `probe` lasts a quarter quantum.
+    fn grant(&mut self, id: ClientId, now: Nanos, probe: bool, why: &str) -> Option<Grant> {
         let lease_ns = if probe {
             (self.quantum / 4).max(1)
         } else {
             self.quantum
         };
-        let lease_ns = until.map_or(lease_ns, |t| lease_ns.min(t.saturating_sub(now).max(1)));
         let c = self.clients.get_mut(&id)?;
         let session = c.waiting.pop_front()?;
         self.woken.remove(&session);

@@ -1,10 +1,6 @@
 //! Which leases may run side by side without MPS: the processes' weights and demands, the
 //! latency class, probes, and what may start ahead of the first in line.
 
-/// A lease that fills the time until the first in line can start lasts at least this part of a
-/// quantum ([`Scheduler::backfill`]).
-const LEAST_FILL_PART: Nanos = 8;
-
 use super::{
     fairness, ClientId, Grant, Nanos, Scheduler, SessionId, INTERACTIVE_RECENT, MIN_WEIGHT,
 };
@@ -85,7 +81,10 @@ impl Scheduler {
     /// beside theirs.
     pub(super) fn one_crawls_among(&self, procs: &[(SessionId, ClientId)], now: Nanos) -> bool {
         let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c));
-        batch.clone().count() > 1 && batch.into_iter().any(|&(s, c)| self.runs_alone(s, c, now))
+        batch.clone().count() > 1
+            && batch.into_iter().any(|&(s, c)| {
+                self.paces.slowed(s, now) || (self.owed(c, now) && self.paces.held_back(s, now))
+            })
     }
 
     /// Whether `next` of client `id` may start beside the running leases: by the processes'
@@ -198,14 +197,6 @@ impl Scheduler {
     /// inference client in the lab mix on an H100, up to 2.3 s a request). What started this way
     /// must leave the first room together, not only one by one: light processes that each fit
     /// beside it, but not all of them, cannot hold it off for good.
-    ///
-    /// Where the first must have the GPU to itself ([`Scheduler::runs_alone`]), it starts once
-    /// every batch lease running now has ended, whatever starts meanwhile: a process that fits
-    /// beside the running leases then starts too, with a lease that ends when the last of them
-    /// does (at least [`LEAST_FILL_PART`] of a quantum away). In the simulation's launch-bound
-    /// mixes, the lease before such a loop's turn often ran alone while launch-bound MLP loops
-    /// that fit beside it waited behind the loop, first in line: one lease ran by itself 53% of
-    /// a run (seed 26), 38% with this.
     pub(super) fn backfill(
         &mut self,
         line: &[(f64, ClientId)],
@@ -219,13 +210,6 @@ impl Scheduler {
             .filter(|h| h.backfilled)
             .map(|h| (h.session, h.client))
             .collect();
-        // the first runs alone: it starts once every batch lease running now ended
-        let reserve = self
-            .runs_alone(first_next, first, now)
-            .then(|| self.batch_leases_end())
-            .flatten()
-            .filter(|&end| end >= now + self.quantum / LEAST_FILL_PART);
-        let mut until = None;
         let id = line
             .iter()
             .map(|&(_, id)| id)
@@ -234,43 +218,18 @@ impl Scheduler {
                 let Some(&next) = self.clients.get(&id).and_then(|c| c.waiting.front()) else {
                     return false;
                 };
-                if !self.fair_beside(id, next, now) {
-                    return false;
-                }
                 let after: Vec<(SessionId, ClientId)> = backfilled
                     .iter()
                     .copied()
                     .chain([(next, id), (first_next, first)])
                     .collect();
-                if self.fit_together(after.into_iter(), false, now) {
-                    return true;
-                }
-                until = reserve;
-                reserve.is_some()
+                self.fair_beside(id, next, now) && self.fit_together(after.into_iter(), false, now)
             })?;
-        let g = self.grant(id, now, false, until, "backfill")?;
+        let g = self.grant(id, now, false, "backfill")?;
         if let Some(h) = self.holders.last_mut() {
             h.backfilled = true;
         }
         Some(g)
-    }
-
-    /// Whether process `session` of client `client` runs with no other batch lease beside it:
-    /// it crawls beside others, or its client is owed and it is held back beside them
-    /// ([`Scheduler::one_crawls_among`]).
-    fn runs_alone(&self, session: SessionId, client: ClientId, now: Nanos) -> bool {
-        !self.interactive(client)
-            && (self.paces.slowed(session, now)
-                || (self.owed(client, now) && self.paces.held_back(session, now)))
-    }
-
-    /// When the last batch lease running now ends, if one runs.
-    fn batch_leases_end(&self) -> Option<Nanos> {
-        self.holders
-            .iter()
-            .filter(|h| !self.interactive(h.client))
-            .map(|h| h.end)
-            .max()
     }
 
     /// Whether client `id`'s USED over the last [`USAGE_WINDOW`](super::USAGE_WINDOW) is below its weight's part

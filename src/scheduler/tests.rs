@@ -1040,45 +1040,6 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     }
 }
 
-/// While the first in line waits for the GPU to itself (its process crawls beside others), a
-/// process that can start beside the running lease does so meanwhile, with a lease that ends
-/// where the running one does: the first waits no longer for it, and the GPU is not left to
-/// one lease in the meantime.
-#[test]
-fn a_lease_fills_the_wait_of_one_that_must_run_alone() {
-    let mut s = two_equal_clients_each_alone_first();
-    s.set_client(3, shares(0.5, 1.0), 0);
-    // beside each other, process 10 launches at a tenth of its pace: it crawls
-    let t = 40 * MS;
-    assert_eq!(processes_10_and_20_ask(&mut s, t).len(), 2);
-    s.launched(10, 40, t + 20 * MS);
-    s.launched(20, 50, t + 20 * MS);
-    s.release(10, 20 * MS, t + 20 * MS);
-    s.release(20, 20 * MS, t + 20 * MS);
-    let t = t + 20 * MS;
-    s.acquire(2, 20, t);
-    let running = std::iter::from_fn(|| s.poll(t)).collect::<Vec<_>>();
-    assert_eq!(running.len(), 1, "{running:?}");
-    // 5 ms on, process 10 is first in line and must wait for the GPU to itself
-    let t = t + 5 * MS;
-    s.acquire(1, 10, t);
-    s.acquire(3, 30, t);
-    let granted = std::iter::from_fn(|| s.poll(t)).collect::<Vec<_>>();
-    assert_eq!(granted.len(), 1, "{granted:?}");
-    assert_eq!(granted[0].session, 30, "{granted:?}");
-    assert_eq!(
-        granted[0].lease_ns,
-        15 * MS,
-        "it ends with the running lease"
-    );
-    // both end: the first in line starts alone
-    s.release(20, 2 * MS, t + 15 * MS);
-    s.release(30, 2 * MS, t + 15 * MS);
-    let next = std::iter::from_fn(|| s.poll(t + 15 * MS)).collect::<Vec<_>>();
-    assert_eq!(next.len(), 1, "{next:?}");
-    assert_eq!(next[0].session, 10, "{next:?}");
-}
-
 /// Process 10 of client 1 and process 20 of client 2 ask for the GPU at `t`: the grants then.
 fn processes_10_and_20_ask(s: &mut Scheduler, t: Nanos) -> Vec<Grant> {
     s.acquire(1, 10, t);
