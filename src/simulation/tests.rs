@@ -1623,3 +1623,129 @@ fn loops_that_wait_for_tiny_kernels_get_their_due_beside_launch_bound_ones() {
     assert_eq!(sc.clients.len(), 3);
     assert_kept(&sc, &run(&sc), batch(&sc));
 }
+
+/// GPU soak seed 41 (75 s on an H100, never run before it): an interactive client of inference
+/// (request 0.05); 20 us kernels waited for every four (0.17, limit 0.64; 0.12 from 22.6 s);
+/// bursts of 200 us kernels until 40.5 s (0.24); 1 ms kernels never waited for from 24.8 s
+/// (0.27, limit 0.89); 50 us kernels waited for every four from 27.2 s (0.19). On the GPU the
+/// loop of 20 us kernels got 0.55-0.59 of its due 0.64 (its limit) in the first windows, and the
+/// loop of 50 us kernels 0.263 of 0.297-0.299 from 40 s; throughput 1.094 of time-slicing's.
+fn soak_seed_41() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 75 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.05, 1.0, true), vec![infer(0, end)]),
+            client(
+                limited(0.17, 0.64, false),
+                vec![kernels(24 * us, 4, 0, end)],
+            ),
+            client(
+                limited(0.24, 1.0, false),
+                vec![bursty(199 * us, 0, 40_500 * ms)],
+            ),
+            client(
+                limited(0.27, 0.89, false),
+                vec![kernels(1_008 * us, 0, 24_800 * ms, end)],
+            ),
+            client(
+                limited(0.19, 1.0, false),
+                vec![kernels(55 * us, 4, 27_200 * ms, end)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 22_600 * ms,
+            client: 1,
+            shares: limited(0.12, 0.64, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_41_explained() {
+    print_beside_time_slicing(&soak_seed_41());
+}
+
+/// GPU soak seed 42 (75 s on an H100, never run before it): seven batch clients of requests
+/// 0-0.16 adding up to 0.59: bursts of 200 us kernels (0.16, limit 0.77); 20 ms kernels waited
+/// for one by one (0.04); the same and from 14.3 s a training loop of 2 ms sleeps (0.03, limit
+/// 0.71); 5 ms kernels waited for one by one until 45.5 s (0.13, limit 0.81); 50 ms kernels
+/// waited for every four and a launch-bound MLP loop (0, limit 0.32); 1 ms kernels never waited
+/// for (0.16, limit 0.77; 0.10 from 52.8 s); bursts of 1.6 ms kernels and from 29.8 s a training
+/// loop of 10 ms sleeps (0.07). On the GPU the loop of 5 ms kernels got 0.19-0.20 of its due
+/// 0.23-0.24, the last client 0.19-0.20 of 0.23, its bursts 5.5 times their time alone.
+fn soak_seed_42() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 75 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.16, 0.77, false), vec![bursty(199 * us, 0, end)]),
+            client(
+                limited(0.04, 1.0, false),
+                vec![kernels(21_200 * us, 1, 0, end)],
+            ),
+            client(
+                limited(0.03, 0.71, false),
+                vec![
+                    kernels(21_200 * us, 1, 0, end),
+                    train(2 * ms, 14_300 * ms, end),
+                ],
+            ),
+            client(
+                limited(0.13, 0.81, false),
+                vec![kernels(5_720 * us, 1, 0, 45_500 * ms)],
+            ),
+            client(
+                limited(0.0, 0.32, false),
+                vec![kernels(56_600 * us, 4, 0, end), mlp(0, end)],
+            ),
+            client(
+                limited(0.16, 0.77, false),
+                vec![kernels(1_008 * us, 0, 0, end)],
+            ),
+            client(
+                limited(0.07, 1.0, false),
+                vec![train(10 * ms, 29_800 * ms, end), bursty(1_530 * us, 0, end)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 52_800 * ms,
+            client: 5,
+            shares: limited(0.10, 0.77, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_42_explained() {
+    print_beside_time_slicing(&soak_seed_42());
+}
+
+/// GPU soak seed 41: every batch client gets its due. Not yet: as on the GPU, the loop of 20 us
+/// kernels gets 0.58-0.61 of its due 0.64 in the first windows, and after 40 s the simulation
+/// gives the loop of 1 ms kernels 0.393 of its due 0.432 (on the GPU the loop of 50 us kernels
+/// beside it fell short instead, 0.263 of 0.297).
+#[test]
+#[ignore = "the promise is not yet kept here: loops that synchronize often beside others"]
+fn soak_seed_41s_batch_clients_get_their_due() {
+    let sc = soak_seed_41();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
+
+/// GPU soak seed 42: every client gets its due. Not yet: as on the GPU, the client of request
+/// 0.07 (bursts of 1.6 ms kernels, and a training loop of 10 ms sleeps from 29.8 s) gets
+/// 0.16-0.19 of its due 0.22 from 50 s (0.19-0.20 of 0.23 on the GPU).
+#[test]
+#[ignore = "the promise is not yet kept here: a bursty job and a host-bound loop of a small request"]
+fn soak_seed_42s_client_of_small_request_gets_its_due() {
+    let sc = soak_seed_42();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
