@@ -1749,3 +1749,96 @@ fn soak_seed_42s_client_of_small_request_gets_its_due() {
     let sc = soak_seed_42();
     assert_kept(&sc, &run(&sc), batch(&sc));
 }
+
+/// GPU soak seed 44 (H100), with the kernel times the GPU ran: two interactive clients of
+/// request 0.02 running inference (the second until 39.6 s); a client of request 0.04, 0.39
+/// from 25.8 s, whose loop waits for each 1.6 ms kernel until 51.8 s; bursts of 200 us kernels
+/// (0.23) from 36.3 s; and a client of request 0.29 (limit 0.73) with bursts of 1.6 ms kernels
+/// beside a loop of 56 ms kernels that never waits. On the GPU the client of 0.29 got 0.335 of
+/// its due 0.395 four seconds after the change, and its bursts took 14.65 times their time
+/// alone (time-slicing 2.93).
+fn soak_seed_44() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 75 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.02, 1.0, true), vec![infer(0, end)]),
+            client(limited(0.02, 1.0, true), vec![infer(0, 39_600 * ms)]),
+            client(
+                limited(0.04, 1.0, false),
+                vec![kernels(1_674 * us, 1, 0, 51_800 * ms)],
+            ),
+            client(
+                limited(0.23, 1.0, false),
+                vec![bursty(203 * us, 36_300 * ms, end)],
+            ),
+            client(
+                limited(0.29, 0.73, false),
+                vec![bursty(1_623 * us, 0, end), kernels(56_500 * us, 0, 0, end)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 25_800 * ms,
+            client: 2,
+            shares: limited(0.39, 1.0, false),
+        }],
+        duration: end,
+    }
+}
+
+/// Each bursty process of `sc` (processes numbered across clients in order, those of long host
+/// pauses): its number, and its median burst over its burst alone under gpushare and
+/// time-sliced.
+fn bursts_beside_time_slicing(sc: &Scenario) -> Vec<(usize, f64, f64)> {
+    let (out, ts) = (run(sc), run_time_sliced(sc));
+    let works = sc.clients.iter().flat_map(|c| c.processes.iter());
+    works
+        .enumerate()
+        .filter(|(_, w)| w.host_ns >= 100_000_000)
+        .map(|(p, w)| {
+            let alone = (w.kernels as Nanos * w.kernel_ns + w.launch_ns) as f64 / 1e6;
+            (
+                p,
+                median(&out.latencies[p]) / alone,
+                median(&ts.latencies[p]) / alone,
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[ignore]
+fn soak_seed_44_explained() {
+    let sc = soak_seed_44();
+    print_beside_time_slicing(&sc);
+    for (p, gpushare, sliced) in bursts_beside_time_slicing(&sc) {
+        eprintln!("process {p}: bursts x{gpushare:.2} of alone (time-sliced x{sliced:.2})");
+    }
+}
+
+/// GPU soak seed 44: the batch clients get their due. As on the GPU but for one window there:
+/// the simulation leaves none more than 3 points short (the GPU left the client of 0.29 at
+/// 0.335 of 0.395 in the window four seconds after the change).
+#[test]
+fn soak_seed_44s_batch_clients_get_their_due() {
+    let sc = soak_seed_44();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
+
+/// GPU soak seed 44: the job of bursts in the client of request 0.29 runs them no slower than
+/// time-slicing does. Not yet: beside the loop of 56 ms kernels of its own client, each of its
+/// turns comes after one of that loop's leases, a kernel long, and its bursts take 12 times
+/// their time alone in the simulation (time-slicing 3.4; on the GPU 14.65 and 2.93).
+#[test]
+#[ignore = "not yet: a bursty job beside a loop of long kernels of its own client"]
+fn soak_seed_44s_bursty_job_beside_its_sibling_is_no_slower_than_time_sliced() {
+    let sc = soak_seed_44();
+    for (p, gpushare, sliced) in bursts_beside_time_slicing(&sc) {
+        assert!(
+            gpushare <= sliced + 0.05,
+            "process {p}: bursts x{gpushare:.2} of alone, time-sliced x{sliced:.2}"
+        );
+    }
+}
