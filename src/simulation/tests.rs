@@ -306,36 +306,45 @@ fn total_got(outcome: &Outcome) -> f64 {
         .sum()
 }
 
-/// A bursty loop's bursts in `sc` (processes numbered across clients in order): for each
-/// process of long host pauses whose client uses less than its request on average (and whose
-/// request never changes), (seed, process, its burst alone in ms, the median burst under
-/// gpushare over alone, the same time-sliced).
-fn bursts_below_request(sc: &Scenario) -> Vec<(u64, usize, f64, f64, f64)> {
+/// The bursty loops of `sc` (processes of long host pauses and no period, numbered across
+/// clients in order): for each, (process, its client's index, its burst alone in ms, the median
+/// burst under gpushare over alone, the same time-sliced).
+fn bursts_beside_time_slicing(sc: &Scenario) -> Vec<(usize, usize, f64, f64, f64)> {
     let (out, ts) = (run(sc), run_time_sliced(sc));
-    let mut found = vec![];
-    let mut p = 0;
-    for (i, c) in sc.clients.iter().enumerate() {
-        let use_: f64 = c.processes.iter().map(solo_busy).sum();
-        let changed = sc.changes.iter().any(|ch| ch.client == i);
-        for w in &c.processes {
-            if w.host_ns >= 100_000_000
-                && w.period_ns.is_none()
-                && use_ < c.shares.request
-                && !changed
-            {
-                let alone = (w.kernels as Nanos * w.kernel_ns + w.launch_ns) as f64 / 1e6;
-                found.push((
-                    sc.seed,
-                    p,
-                    alone,
-                    median(&out.latencies[p]) / alone,
-                    median(&ts.latencies[p]) / alone,
-                ));
-            }
-            p += 1;
-        }
-    }
-    found
+    let works = sc
+        .clients
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| c.processes.iter().map(move |w| (i, w)));
+    works
+        .enumerate()
+        .filter(|(_, (_, w))| w.host_ns >= 100_000_000 && w.period_ns.is_none())
+        .map(|(p, (i, w))| {
+            let alone = (w.kernels as Nanos * w.kernel_ns + w.launch_ns) as f64 / 1e6;
+            (
+                p,
+                i,
+                alone,
+                median(&out.latencies[p]) / alone,
+                median(&ts.latencies[p]) / alone,
+            )
+        })
+        .collect()
+}
+
+/// A bursty loop's bursts in `sc` ([`bursts_beside_time_slicing`]) for each one whose client
+/// uses less than its request on average (and whose request never changes): (seed, process,
+/// its burst alone in ms, the median burst under gpushare over alone, the same time-sliced).
+fn bursts_below_request(sc: &Scenario) -> Vec<(u64, usize, f64, f64, f64)> {
+    bursts_beside_time_slicing(sc)
+        .into_iter()
+        .filter(|&(_, i, ..)| {
+            let c = &sc.clients[i];
+            let use_: f64 = c.processes.iter().map(solo_busy).sum();
+            use_ < c.shares.request && !sc.changes.iter().any(|ch| ch.client == i)
+        })
+        .map(|(p, _, alone, gpushare, sliced)| (sc.seed, p, alone, gpushare, sliced))
+        .collect()
 }
 
 /// Prints, for random mixes of bursty loops and of all kinds, each bursty loop below its
@@ -1788,32 +1797,12 @@ fn soak_seed_44() -> Scenario {
     }
 }
 
-/// Each bursty process of `sc` (processes numbered across clients in order, those of long host
-/// pauses): its number, and its median burst over its burst alone under gpushare and
-/// time-sliced.
-fn bursts_beside_time_slicing(sc: &Scenario) -> Vec<(usize, f64, f64)> {
-    let (out, ts) = (run(sc), run_time_sliced(sc));
-    let works = sc.clients.iter().flat_map(|c| c.processes.iter());
-    works
-        .enumerate()
-        .filter(|(_, w)| w.host_ns >= 100_000_000)
-        .map(|(p, w)| {
-            let alone = (w.kernels as Nanos * w.kernel_ns + w.launch_ns) as f64 / 1e6;
-            (
-                p,
-                median(&out.latencies[p]) / alone,
-                median(&ts.latencies[p]) / alone,
-            )
-        })
-        .collect()
-}
-
 #[test]
 #[ignore]
 fn soak_seed_44_explained() {
     let sc = soak_seed_44();
     print_beside_time_slicing(&sc);
-    for (p, gpushare, sliced) in bursts_beside_time_slicing(&sc) {
+    for (p, _, _, gpushare, sliced) in bursts_beside_time_slicing(&sc) {
         eprintln!("process {p}: bursts x{gpushare:.2} of alone (time-sliced x{sliced:.2})");
     }
 }
@@ -1835,7 +1824,7 @@ fn soak_seed_44s_batch_clients_get_their_due() {
 #[ignore = "not yet: a bursty job beside a loop of long kernels of its own client"]
 fn soak_seed_44s_bursty_job_beside_its_sibling_is_no_slower_than_time_sliced() {
     let sc = soak_seed_44();
-    for (p, gpushare, sliced) in bursts_beside_time_slicing(&sc) {
+    for (p, _, _, gpushare, sliced) in bursts_beside_time_slicing(&sc) {
         assert!(
             gpushare <= sliced + 0.05,
             "process {p}: bursts x{gpushare:.2} of alone, time-sliced x{sliced:.2}"
