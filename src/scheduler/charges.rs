@@ -89,10 +89,12 @@ impl Scheduler {
         let mut owed = h.owed.round() as Nanos;
         let window = self.burst_window;
         let mut interactive_work = None;
-        // a lease that ran by itself from an empty queue teaches what its process's launches
-        // take in GPU phases; beside others USED counts them at that ([`lease_used`])
-        if !h.crowded && !h.extended {
-            self.launch_costs.learn_alone(h.session, active, h.launches);
+        // a lease that ran by itself from an empty queue (or beside interactive leases only,
+        // less their work) teaches what its process's launches take in GPU phases; beside
+        // other batch leases USED counts them at that ([`lease_used`])
+        if !h.beside_batch && !h.extended && !self.interactive(h.client) {
+            self.launch_costs
+                .learn_alone(h.session, h.without_interactive(active), h.launches);
         }
         if !self.interactive(h.client) {
             self.paces.learn(
@@ -187,6 +189,7 @@ impl Scheduler {
         for i in batch {
             let h = &mut self.holders[i];
             h.owed = (h.owed - each).max(0.0);
+            h.interactive_work += each;
         }
     }
 
@@ -211,6 +214,13 @@ impl Scheduler {
 }
 
 impl Lease {
+    /// Its process's time in GPU phases `active`, less the work of the interactive leases that
+    /// ran beside it (their requests' kernels run in the driver's time slices between its
+    /// own, and its work waits for them).
+    fn without_interactive(&self, active: Nanos) -> Nanos {
+        active.saturating_sub(self.interactive_work.round() as Nanos)
+    }
+
     /// Whom it ran beside ([`pace`](super::pace)).
     pub(super) fn company(&self) -> Company {
         if self.beside_batch {
@@ -244,13 +254,16 @@ impl Lease {
 /// The GPU time that the work of lease `h` took, in units of its process's time in GPU phases
 /// alone: its process reported `busy` (work pending) and `active` (in GPU phases: work pending
 /// or launching; at least `busy`), both at most its wall time. A lease that ran alone took all of
-/// `active`. Beside others, where a process's work also waits for theirs, its launches at what
+/// `active`; one beside interactive leases only, `active` less their work (counted at what its
+/// launches took alone, a bursty job whose leases all had an inference lease beside them but
+/// one in its start-up read a quarter of what it got). Beside other batch leases, where a
+/// process's work also waits for theirs, its launches at what
 /// they took in its process's leases by themselves ([`launch_cost`]); where that is not known
 /// yet (or it launched nothing), `active` scaled by the part of its pending time that the
 /// driver's turns gave its work ([`Lease::used`] over `busy`). At most `active` either way.
 fn lease_used(h: &Lease, busy: Nanos, active: Nanos, costs: &LaunchCosts) -> Nanos {
-    if !h.crowded {
-        return active;
+    if !h.beside_batch {
+        return h.without_interactive(active);
     }
     let by_turns = if busy == 0 {
         active

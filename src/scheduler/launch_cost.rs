@@ -16,9 +16,10 @@
 //! H200 the least of the last 32 charged an inference client 0.064 of the GPU where it got
 //! 0.094.
 //!
-//! USED of a batch lease beside others counts its launches at what they took in the process's
-//! last leases that ran by themselves from an empty queue (no other lease beside them, not
-//! extended: work queued before an extension is pending in it without its launches): their
+//! USED of a batch lease beside other batch leases counts its launches at what they took in the
+//! process's last leases that ran by themselves from an empty queue (no other batch lease beside
+//! them, interactive ones' work taken off, not extended: work queued before an extension is
+//! pending in it without its launches): their
 //! time in GPU phases (work pending, or launching) over their launches, added up, not the
 //! lowest ratios (a sampler that reads a 100 us kernel as 0 or 250 us is right on the sum, and a
 //! lease that read 0 counts too).

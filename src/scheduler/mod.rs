@@ -281,6 +281,9 @@ struct Lease {
     crowded: bool,
     /// Another batch lease ran beside this batch lease at some moment.
     beside_batch: bool,
+    /// The work of the interactive leases that ended beside it, its part of each (what its
+    /// charge was lowered by, [`Scheduler::leave_to_batch`]).
+    interactive_work: f64,
     /// Ended early, for an interactive client or a probe first in line: no extension, the token
     /// goes back at the holder's next launch.
     revoked: bool,
@@ -816,6 +819,7 @@ impl Scheduler {
             used: 0.0,
             crowded: false,
             beside_batch: false,
+            interactive_work: 0.0,
             revoked: false,
             alone,
             probe: false,
@@ -1297,6 +1301,7 @@ impl Scheduler {
             used: 0.0,
             crowded: false,
             beside_batch: false,
+            interactive_work: 0.0,
             revoked: false,
             alone,
             probe,

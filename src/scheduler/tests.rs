@@ -1356,6 +1356,43 @@ fn an_interactive_lease_beside_a_batch_kernel_is_charged_its_work_not_its_wait()
     );
 }
 
+/// A batch lease beside interactive leases only counts to USED its time in GPU phases less
+/// their work, whatever its process's leases alone took per launch: on an H100 (GPU soak seed
+/// 45) a bursty job whose every lease but one in its start-up had an inference client's lease
+/// beside it read USED 0.03-0.05 where it got 0.14-0.19, its launches of 1.6 ms kernels counted
+/// at the 0.37 ms of two start-up launches.
+#[test]
+fn a_batch_lease_beside_interactive_ones_only_counts_its_time_less_their_work() {
+    let us = MS / 1000;
+    let mut s = gated(20 * MS);
+    s.set_grace(100 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, LIVE, 0);
+    // its start-up, alone: two launches in GPU phases 0.4 ms
+    s.acquire(1, 10, 0);
+    assert_eq!(s.poll(0).unwrap().session, 10);
+    s.launched(10, 2, 4 * MS);
+    s.was_active(10, 400 * us);
+    s.release(10, 300 * us, 4 * MS);
+    let t = 10 * MS;
+    s.acquire(1, 10, t);
+    assert_eq!(s.poll(t).unwrap().session, 10);
+    // an inference request beside it: 300 us of work
+    s.acquire(2, 20, t + 5 * MS);
+    assert_eq!(s.poll(t + 5 * MS).unwrap().session, 20);
+    s.launched(20, 6, t + 6 * MS);
+    s.release(20, 300 * us, t + 6 * MS);
+    // ten launches of 2 ms kernels, in GPU phases all its 20 ms
+    s.launched(10, 10, t + 20 * MS);
+    s.was_active(10, 20 * MS);
+    s.release(10, 20 * MS, t + 20 * MS);
+    assert_eq!(
+        gpu_total(&s, 1, t + 20 * MS) - 400 * us,
+        20 * MS - 300 * us,
+        "its time in GPU phases less the inference's work, not ten launches at 0.2 ms"
+    );
+}
+
 #[test]
 fn an_interactive_client_keeps_to_its_limit() {
     let mut s = gated(20 * MS);
