@@ -22,6 +22,8 @@
 //! were held at one, and they divided what it left equally, not by request). A client back
 //! from away is in line like any other.
 
+use std::collections::BTreeSet;
+
 use super::{ClientId, Nanos, Scheduler};
 
 /// How much time of the whole GPU a lead in line is worth at most: a client ahead of the other
@@ -30,6 +32,50 @@ use super::{ClientId, Nanos, Scheduler};
 pub const LEAD_KEPT: Nanos = 500_000_000;
 
 impl Scheduler {
+    /// Those of these batch clients whose limit is below their part of the clients' weight:
+    /// held by their limits, not by the line, their virtual times fall behind for good.
+    pub(super) fn held_by_limits(
+        &self,
+        clients: impl Iterator<Item = ClientId> + Clone,
+    ) -> BTreeSet<ClientId> {
+        let weights: f64 = clients
+            .clone()
+            .filter_map(|id| self.clients.get(&id))
+            .map(|c| c.weight())
+            .sum();
+        clients
+            .filter(|id| {
+                self.clients
+                    .get(id)
+                    .is_some_and(|c| c.shares.limit < c.weight() / weights)
+            })
+            .collect()
+    }
+
+    /// Lifts the clients `held` by their limits to no further behind the `running` others'
+    /// mean than an edge: while held, they are first in line whenever they have credit all the
+    /// same; once their limits no longer hold them, they do not run alone until the others
+    /// caught up with a lag they banked while held.
+    fn bound_lags(&mut self, held: &BTreeSet<ClientId>, running: &[(ClientId, bool)]) {
+        let (sum, all) = running
+            .iter()
+            .filter_map(|(id, _)| self.clients.get(id))
+            .fold((0.0, 0.0), |(s, w), c| {
+                (s + c.vtime * c.weight(), w + c.weight())
+            });
+        if all <= 0.0 {
+            return;
+        }
+        let mean = sum / all;
+        let quantum = self.quantum as f64;
+        for id in held {
+            if let Some(c) = self.clients.get_mut(id) {
+                let span = (LEAD_KEPT as f64 / (all + c.weight())).max(2.0 * quantum / c.weight());
+                c.vtime = c.vtime.max(mean - span);
+            }
+        }
+    }
+
     /// Forgives the batch clients in line their leads in virtual time past their edges at
     /// `now` ([`lead`](self)).
     pub(super) fn bound_leads(&mut self, now: Nanos) {
@@ -48,20 +94,12 @@ impl Scheduler {
                 (holds || waits).then_some((id, !holds))
             })
             .collect();
-        // one whose limit is below its part of the running clients' weight is held by it
-        let weights: f64 = running
-            .iter()
-            .filter_map(|(id, _)| self.clients.get(id))
-            .map(|c| c.weight())
-            .sum();
+        let held = self.held_by_limits(running.iter().map(|r| r.0));
         let running: Vec<(ClientId, bool)> = running
             .into_iter()
-            .filter(|(id, _)| {
-                self.clients
-                    .get(id)
-                    .is_some_and(|c| c.shares.limit >= c.weight() / weights)
-            })
+            .filter(|(id, _)| !held.contains(id))
             .collect();
+        self.bound_lags(&held, &running);
         let (sum, all) = running
             .iter()
             .filter_map(|(id, _)| self.clients.get(id))

@@ -1113,10 +1113,19 @@ impl Scheduler {
                 .map(|h| h.client)
                 .chain(line.iter().map(|&(_, id)| id))
                 .collect();
-            let batch = batch
+            let batch: Vec<ClientId> = batch
+                .into_iter()
+                .filter(|id| self.clients.get(id).is_some_and(|c| !c.shares.interactive))
+                .collect();
+            // not those held by their limits, whose virtual times fall behind for good ([`lead`])
+            let held = self.held_by_limits(batch.iter().copied());
+            let free: Vec<ClientId> = batch
                 .iter()
-                .filter(|id| self.clients.get(id).is_some_and(|c| !c.shares.interactive));
-            self.mean_vtime(batch).unwrap_or(f64::INFINITY)
+                .copied()
+                .filter(|id| !held.contains(id))
+                .collect();
+            let counted = if free.is_empty() { &batch } else { &free };
+            self.mean_vtime(counted.iter()).unwrap_or(f64::INFINITY)
         };
         for (vtime, id) in interactive {
             let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
