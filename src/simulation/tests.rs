@@ -1831,3 +1831,58 @@ fn soak_seed_44s_bursty_job_beside_its_sibling_is_no_slower_than_time_sliced() {
         );
     }
 }
+
+/// GPU soak seed 47 (H100, 75 s): a training loop of 5 ms host sleeps (request 0.18, limit 0.24)
+/// from 22.9 s; bursts of 1.6 ms kernels (0.19); inference and, from 33.7 s to 64.1 s, a
+/// training loop of 10 ms sleeps in one client (0.02); 20 ms kernels never waited for and bursts
+/// of 1.6 ms kernels in one client (0.22, 0.17 from 44.1 s). On the GPU the loop of 5 ms sleeps
+/// got 0.12-0.16 where it was due its limit, 0.24, in every window, and the client of 20 ms
+/// kernels 0.56-0.62 of a due 0.44-0.55.
+fn soak_seed_47() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 75 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(
+                limited(0.18, 0.24, false),
+                vec![train(5 * ms, 22_900 * ms, end)],
+            ),
+            client(limited(0.19, 1.0, false), vec![bursty(1_600 * us, 0, end)]),
+            client(
+                limited(0.02, 1.0, false),
+                vec![
+                    infer(17_500 * ms, end),
+                    train(10 * ms, 33_700 * ms, 64_100 * ms),
+                ],
+            ),
+            client(
+                limited(0.22, 1.0, false),
+                vec![kernels(20 * ms, 0, 0, end), bursty(1_600 * us, 0, end)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 44_100 * ms,
+            client: 3,
+            shares: limited(0.17, 1.0, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_47_explained() {
+    print_beside_time_slicing(&soak_seed_47());
+}
+
+/// GPU soak seed 47: the training loop of 5 ms sleeps gets its due, its limit. Not yet: back
+/// from each sleep it waits for the lease of 20 ms kernels beside it to drain, and the
+/// simulation gives it 0.145-0.179 of 0.24 (time-slicing 0.16-0.18; on the GPU 0.12-0.16).
+#[test]
+#[ignore = "not yet: a loop of host sleeps beside 20 ms kernels never waited for"]
+fn soak_seed_47s_host_bound_loop_gets_its_due() {
+    let sc = soak_seed_47();
+    assert_kept(&sc, &run(&sc), |i| i == 0);
+}
