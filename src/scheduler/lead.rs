@@ -19,8 +19,11 @@
 //! A client whose limit is below its part of the running clients' weight is held by its limit,
 //! not by the line: its virtual time stays behind for good, so it is neither moved nor counted
 //! in the others' mean (counted, it dragged their edges down until the clients ahead of it
-//! were held at one, and they divided what it left equally, not by request). A client back
-//! from away is in line like any other.
+//! were held at one, and they divided what it left equally, not by request). It is lifted to no
+//! further behind their mean than its edge among them all the same, which leaves it first in line
+//! whenever it has credit: behind by more, it banked a lag, and once its limit no longer held it
+//! an interactive client beside it waited in line until it had caught up (nothing for ten
+//! seconds, in a scheduler test). A client back from away is in line like any other.
 
 use std::collections::BTreeSet;
 
