@@ -17,9 +17,10 @@
 //! holds a lease, so a client that keeps running beside others is charged all of it as before.
 //!
 //! A client whose limit is below its part of the running clients' weight is held by its limit,
-//! not by the line: its virtual time stays behind for good, so it is neither moved nor counted
-//! in the others' mean (counted, it dragged their edges down until the clients ahead of it
-//! were held at one, and they divided what it left equally, not by request). It is lifted to no
+//! not by the line: its virtual time stays behind for good, so its lead is not bounded and it is
+//! not counted in the others' mean (counted, it dragged their edges down until the clients ahead
+//! of it were held at one, and they divided what it left equally, not by request; nor in the
+//! mean an interactive client is held to). It is lifted to no
 //! further behind their mean than its edge among them all the same, which leaves it first in line
 //! whenever it has credit: behind by more, it banked a lag, and once its limit no longer held it
 //! an interactive client beside it waited in line until it had caught up (nothing for ten
