@@ -56,17 +56,12 @@ impl Scheduler {
             .collect()
     }
 
-    /// Lifts the clients `held` by their limits to no further behind the `running` others'
-    /// mean than an edge: while held, they are first in line whenever they have credit all the
-    /// same; once their limits no longer hold them, they do not run alone until the others
-    /// caught up with a lag they banked while held.
-    fn bound_lags(&mut self, held: &BTreeSet<ClientId>, running: &[(ClientId, bool)]) {
-        let (sum, all) = running
-            .iter()
-            .filter_map(|(id, _)| self.clients.get(id))
-            .fold((0.0, 0.0), |(s, w), c| {
-                (s + c.vtime * c.weight(), w + c.weight())
-            });
+    /// Lifts the clients `held` by their limits to no further behind the running others' mean
+    /// (`sum` of their virtual times by weight, over their weight `all`) than an edge: while
+    /// held, they are first in line whenever they have credit all the same; once their limits no
+    /// longer hold them, they do not run alone until the others caught up with a lag they
+    /// banked while held.
+    fn bound_lags(&mut self, held: &BTreeSet<ClientId>, sum: f64, all: f64) {
         if all <= 0.0 {
             return;
         }
@@ -103,13 +98,13 @@ impl Scheduler {
             .into_iter()
             .filter(|(id, _)| !held.contains(id))
             .collect();
-        self.bound_lags(&held, &running);
         let (sum, all) = running
             .iter()
             .filter_map(|(id, _)| self.clients.get(id))
             .fold((0.0, 0.0), |(s, w), c| {
                 (s + c.vtime * c.weight(), w + c.weight())
             });
+        self.bound_lags(&held, sum, all);
         // each client in line against the others' mean, all as they were at this poll
         let moved: Vec<(ClientId, f64)> = running
             .iter()

@@ -1112,19 +1112,15 @@ impl Scheduler {
                 .iter()
                 .map(|h| h.client)
                 .chain(line.iter().map(|&(_, id)| id))
-                .collect();
-            let batch: Vec<ClientId> = batch
-                .into_iter()
                 .filter(|id| self.clients.get(id).is_some_and(|c| !c.shares.interactive))
                 .collect();
             // not those held by their limits, whose virtual times fall behind for good ([`lead`])
             let held = self.held_by_limits(batch.iter().copied());
-            let free: Vec<ClientId> = batch
-                .iter()
-                .copied()
-                .filter(|id| !held.contains(id))
-                .collect();
-            let counted = if free.is_empty() { &batch } else { &free };
+            let counted = if held.len() < batch.len() {
+                &batch - &held
+            } else {
+                batch
+            };
             self.mean_vtime(counted.iter()).unwrap_or(f64::INFINITY)
         };
         for (vtime, id) in interactive {

@@ -1314,16 +1314,23 @@ fn an_interactive_client_runs_at_once_and_batch_leases_are_revoked() {
     assert!(!s.extend(10, later).unwrap().tight);
 }
 
+/// A demand-gated scheduler (20 ms leases, 100 ms grace) with a batch client 1 of request 0.5
+/// and an interactive client 2.
+fn batch_and_live() -> Scheduler {
+    let mut s = gated(20 * MS);
+    s.set_grace(100 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, LIVE, 0);
+    s
+}
+
 /// An interactive lease beside a batch lease is charged what its launches take when they wait
 /// for nobody, not the time its request waited for the batch kernel's time slices; the batch
 /// lease is charged the time it held the GPU, less that work.
 #[test]
 fn an_interactive_lease_beside_a_batch_kernel_is_charged_its_work_not_its_wait() {
     let us = MS / 1000;
-    let mut s = gated(20 * MS);
-    s.set_grace(100 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, LIVE, 0);
+    let mut s = batch_and_live();
     // alone, each request's six launches are pending 300 us
     let mut t = 0;
     for _ in 0..4 {
@@ -1364,10 +1371,7 @@ fn an_interactive_lease_beside_a_batch_kernel_is_charged_its_work_not_its_wait()
 #[test]
 fn a_batch_lease_beside_interactive_ones_only_counts_its_time_less_their_work() {
     let us = MS / 1000;
-    let mut s = gated(20 * MS);
-    s.set_grace(100 * MS);
-    s.set_client(1, shares(0.5, 1.0), 0);
-    s.set_client(2, LIVE, 0);
+    let mut s = batch_and_live();
     // its start-up, alone: two launches in GPU phases 0.4 ms
     s.acquire(1, 10, 0);
     assert_eq!(s.poll(0).unwrap().session, 10);
@@ -2680,54 +2684,18 @@ fn a_lease_that_runs_past_its_end_leaves_no_debt_against_a_limit_of_one() {
 /// the GPU, due 0.03, in GPU soak seed 4).
 #[test]
 fn a_batch_lease_revoked_and_asked_for_again_at_once_keeps_its_place() {
-    const US: Nanos = 1_000;
     let mut s = Scheduler::new(20 * MS, 0);
     s.set_grace(10 * MS);
     s.set_client(1, LIVE_SMALL, 0);
     s.set_client(3, shares(0.55, 1.0), 0);
-    s.acquire(3, 30, 0);
-    // per session: (held since, or None) and when it next asks
-    let mut holding: BTreeMap<SessionId, Nanos> = BTreeMap::new();
-    let mut next_ask: BTreeMap<SessionId, Nanos> = [(10, 0), (11, 2_500 * US)].into();
-    let mut busy_interactive: Nanos = 0;
-    let mut batch_asks_at: Option<Nanos> = None;
-    let mut now = 0;
-    while now < 20 * S {
-        if batch_asks_at == Some(now) {
-            s.acquire(3, 30, now);
-            batch_asks_at = None;
-        }
-        interactive_asks(&mut s, &mut next_ask, &holding, now);
-        grant_all(&mut s, &mut holding, now);
-        for session in s.take_revoked() {
-            // given back at the next launch, asked for again 50 us later
-            if let Some(start) = holding.remove(&session) {
-                s.release(session, now - start, now);
-                grant_all(&mut s, &mut holding, now);
-                batch_asks_at = Some(now + 50 * US);
-            }
-        }
-        let ended: Vec<SessionId> = holding
-            .iter()
-            .filter(|&(&session, &start)| {
-                (session != 30 && now - start >= 1_200 * US)
-                    || (session == 30 && now - start >= 20 * MS)
-            })
-            .map(|(&session, _)| session)
-            .collect();
-        for session in ended {
-            let start = holding.remove(&session).unwrap();
-            if session == 30 {
-                s.release(session, now - start, now);
-                s.acquire(3, 30, now);
-            } else {
-                s.release(session, 600 * US, now);
-                busy_interactive += 600 * US;
-            }
-        }
-        now += 50 * US;
-    }
-    let share = busy_interactive as f64 / now as f64;
+    let share = interactive_beside_batch(
+        &mut s,
+        &[(10, 0), (11, 2_500_000)],
+        &[(3, 30)],
+        None,
+        0,
+        20 * S,
+    );
     assert!(
         share < 0.06,
         "the interactive client of request 0.02 got {share:.3}"
@@ -2764,56 +2732,64 @@ const LIVE_SMALL: Shares = Shares {
     interactive: true,
 };
 
-/// An interactive client of request 0.02 asking 0.12 of the GPU (a request every 5 ms, 0.6 ms
-/// of work in a 1.2 ms lease) beside saturating clients of requests 0.29 (limited to 0.3 until
-/// `raised`, then to 1) and 0.04, until `end`: the share of the GPU its work took from `from`.
+/// Client 1's interactive processes (session, first ask) ask for the token every 5 ms, each
+/// request 0.6 ms of work in a 1.2 ms lease, beside the saturating batch processes `batch`
+/// (client, session) of 20 ms leases, until `end`; `change` sets a client's shares at a moment.
 /// A revoked batch lease is given back at its holder's next launch and asked for again 50 us
-/// later, as the hook does.
-fn interactive_beside_a_limited_client(raised: Option<Nanos>, from: Nanos, end: Nanos) -> f64 {
+/// later, as the hook does. Returns the share of the GPU the interactive work took from `from`.
+fn interactive_beside_batch(
+    s: &mut Scheduler,
+    interactive: &[(SessionId, Nanos)],
+    batch: &[(ClientId, SessionId)],
+    change: Option<(Nanos, ClientId, Shares)>,
+    from: Nanos,
+    end: Nanos,
+) -> f64 {
     const US: Nanos = 1_000;
-    let mut s = Scheduler::new(20 * MS, 0);
-    s.set_grace(10 * MS);
-    s.set_client(1, LIVE_SMALL, 0);
-    s.set_client(3, shares(0.29, 0.3), 0);
-    s.set_client(4, shares(0.04, 1.0), 0);
-    let batch = [(3, 30), (4, 40)];
-    for (c, session) in batch {
+    for &(c, session) in batch {
         s.acquire(c, session, 0);
     }
     let mut holding: BTreeMap<SessionId, Nanos> = BTreeMap::new();
-    let mut next_ask: BTreeMap<SessionId, Nanos> = [(10, 0)].into();
+    let mut next_ask: BTreeMap<SessionId, Nanos> = interactive.iter().copied().collect();
     let mut asks_at: BTreeMap<SessionId, Nanos> = BTreeMap::new();
     let mut busy_interactive: Nanos = 0;
     let mut now = 0;
     while now < end {
-        if raised == Some(now) {
-            s.set_client(3, shares(0.29, 1.0), now);
+        if let Some((at, c, shares)) = change {
+            if at == now {
+                s.set_client(c, shares, now);
+            }
         }
-        for (c, session) in batch {
+        for &(c, session) in batch {
             if asks_at.get(&session) == Some(&now) {
                 s.acquire(c, session, now);
                 asks_at.remove(&session);
             }
         }
-        interactive_asks(&mut s, &mut next_ask, &holding, now);
-        grant_all(&mut s, &mut holding, now);
+        interactive_asks(s, &mut next_ask, &holding, now);
+        grant_all(s, &mut holding, now);
         for session in s.take_revoked() {
             if let Some(start) = holding.remove(&session) {
                 s.release(session, now - start, now);
-                grant_all(&mut s, &mut holding, now);
+                grant_all(s, &mut holding, now);
                 asks_at.insert(session, now + 50 * US);
             }
         }
         let ended: Vec<SessionId> = holding
             .iter()
             .filter(|&(&session, &start)| {
-                now - start >= if session == 10 { 1_200 * US } else { 20 * MS }
+                let lease = if next_ask.contains_key(&session) {
+                    1_200 * US
+                } else {
+                    20 * MS
+                };
+                now - start >= lease
             })
             .map(|(&session, _)| session)
             .collect();
         for session in ended {
             let start = holding.remove(&session).unwrap();
-            if session == 10 {
+            if next_ask.contains_key(&session) {
                 s.release(session, 600 * US, now);
                 if now >= from {
                     busy_interactive += 600 * US;
@@ -2827,6 +2803,19 @@ fn interactive_beside_a_limited_client(raised: Option<Nanos>, from: Nanos, end: 
         now += 50 * US;
     }
     busy_interactive as f64 / (now - from) as f64
+}
+
+/// An interactive client of request 0.02 asking 0.12 of the GPU beside saturating clients of
+/// requests 0.29 (limited to 0.3 until `raised`, then to 1) and 0.04, until `end`: the share
+/// of the GPU its work took from `from` ([`interactive_beside_batch`]).
+fn interactive_beside_a_limited_client(raised: Option<Nanos>, from: Nanos, end: Nanos) -> f64 {
+    let mut s = Scheduler::new(20 * MS, 0);
+    s.set_grace(10 * MS);
+    s.set_client(1, LIVE_SMALL, 0);
+    s.set_client(3, shares(0.29, 0.3), 0);
+    s.set_client(4, shares(0.04, 1.0), 0);
+    let change = raised.map(|at| (at, 3, shares(0.29, 1.0)));
+    interactive_beside_batch(&mut s, &[(10, 0)], &[(3, 30), (4, 40)], change, from, end)
 }
 
 /// An interactive client is held to the batch clients that the line holds, not to one held by
