@@ -215,7 +215,7 @@ fn two_sessions_alternate_and_a_dead_holder_passes_the_token() {
 }
 
 /// Runs `turns` leases between sessions `a` and `b` that both wait for GPU 0, whoever holds the
-/// token renewing it at once, as the hook does at a lease's end; the leases each got.
+/// token renewing it after a millisecond, as the hook does at a lease's end; the leases each got.
 fn renewing_turns(
     s: &mut State,
     (a, ra): (SessionId, &mut mpsc::UnboundedReceiver<Reply>),
@@ -224,6 +224,11 @@ fn renewing_turns(
 ) -> (usize, usize) {
     let mut grants = (0, 0);
     for _ in 0..turns {
+        // Each lease runs a millisecond of the real clock it is charged by: leases microseconds
+        // long leave the division to whichever lease the test's thread is preempted in (a run
+        // of the whole lib suite on a two-core machine failed
+        // `fair_share_weighs_clients_by_their_decayed_usage` once).
+        std::thread::sleep(std::time::Duration::from_millis(1));
         if matches!(ra.try_recv(), Ok(Reply::Grant { .. })) {
             grants.0 += 1;
             s.renew(a, GPU0, 1);
