@@ -129,6 +129,10 @@ pub struct State {
     sched: Schedulers,
     next_id: u64,
     origin: Instant,
+    /// A scheduler time that stands still until moved ([`State::hold_clock`]): tests that
+    /// weigh leases by their length give each the length they say, whatever the machine's load.
+    #[cfg(test)]
+    held_clock: Option<Nanos>,
     events: broadcast::Sender<Event>,
     /// `CUDA_MPS_PIPE_DIRECTORY` handed to clients while MPS runs.
     pub mps_pipe_dir: Option<PathBuf>,
@@ -168,6 +172,8 @@ impl State {
             sched,
             next_id: 1,
             origin,
+            #[cfg(test)]
+            held_clock: None,
             events,
             mps_pipe_dir: None,
             managed_used: 0,
@@ -185,7 +191,24 @@ impl State {
     }
 
     pub fn now(&self) -> Nanos {
+        #[cfg(test)]
+        if let Some(t) = self.held_clock {
+            return t;
+        }
         self.origin.elapsed().as_nanos() as Nanos
+    }
+
+    /// Stops the scheduler's clock where it is; it moves only by [`State::advance_clock`].
+    #[cfg(test)]
+    pub fn hold_clock(&mut self) {
+        self.held_clock = Some(self.now());
+    }
+
+    /// Moves the held clock ([`State::hold_clock`]) on by `ns`.
+    #[cfg(test)]
+    pub fn advance_clock(&mut self, ns: Nanos) {
+        let t = self.now() + ns;
+        self.held_clock = Some(t);
     }
 
     /// The instant a scheduler time stands for.

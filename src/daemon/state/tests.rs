@@ -223,12 +223,13 @@ fn renewing_turns(
     turns: usize,
 ) -> (usize, usize) {
     let mut grants = (0, 0);
+    // Each lease runs a millisecond of a clock held still between turns: on the real clock,
+    // leases microseconds long left the division to whichever lease the test's thread was
+    // preempted in (a run of the whole lib suite on a two-core machine failed
+    // `fair_share_weighs_clients_by_their_decayed_usage` once).
+    s.hold_clock();
     for _ in 0..turns {
-        // Each lease runs a millisecond of the real clock it is charged by: leases microseconds
-        // long leave the division to whichever lease the test's thread is preempted in (a run
-        // of the whole lib suite on a two-core machine failed
-        // `fair_share_weighs_clients_by_their_decayed_usage` once).
-        std::thread::sleep(std::time::Duration::from_millis(1));
+        s.advance_clock(1_000_000);
         if matches!(ra.try_recv(), Ok(Reply::Grant { .. })) {
             grants.0 += 1;
             s.renew(a, GPU0, 1);
