@@ -1290,6 +1290,7 @@ impl Scheduler {
             probe,
             alone,
             beside = self.holders.len(),
+            demand = self.demand.get(session),
             lease_ms = lease_ns as f64 / 1e6,
             vtime = self.clients.get(&id).map_or(0.0, |c| c.vtime),
             "grant"

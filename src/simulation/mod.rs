@@ -178,6 +178,8 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
     let mut told = vec![false; procs.len()];
     let mut last_pending = vec![Nanos::MAX; procs.len()];
     while now < scenario.duration {
+        // the scheduler's log lines carry the simulated time, in microseconds
+        let _t = tracing::debug_span!("sim", t = now / 1000).entered();
         gpu.advance(now);
         while next_change < share_changes.len() && share_changes[next_change].at <= now {
             let c = share_changes[next_change];
