@@ -289,8 +289,8 @@ impl Process {
             let idle = self.idle_since.map(|t| now - t);
             if let Some(at) = h.revoked_at {
                 if pending == 0 && now >= at + REVOKE_SLACK_NS {
-                    let again = self.wants_gpu(now);
-                    return (Some(self.release(gpu, again)), None);
+                    // the lease thread gives it back; the next launch asks again
+                    return (Some(self.release(gpu, false)), None);
                 }
             } else if (self.rules.interactive && idle.is_some_and(|t| t >= INTERACTIVE_IDLE_NS))
                 || (h.contended && idle.is_some_and(|t| t >= contended_idle(&h)))
@@ -497,11 +497,6 @@ impl Process {
         if self.warming(now) {
             self.ready_at = self.ready_at.max(self.step_started + WARMUP_STEP_NS);
         }
-    }
-
-    /// Whether it has GPU work to launch soon (for asking again after a revocation).
-    fn wants_gpu(&self, now: Nanos) -> bool {
-        self.alive(now) && (self.step_left > 0 || self.ready_at <= now + QUIET_NS)
     }
 }
 
