@@ -106,6 +106,7 @@ impl Scheduler {
                 h.company(),
             );
         }
+        let vclock = self.vclock;
         if let Some(c) = self.clients.get_mut(&h.client) {
             if c.shares.interactive {
                 // An interactive lease lasts until its process has been idle a moment after
@@ -126,6 +127,7 @@ impl Scheduler {
             let used = interactive_work
                 .unwrap_or_else(|| lease_used(&h, busy, active, &self.launch_costs));
             c.charge(owed, window, now);
+            c.lag_at_rest = (vclock - c.vtime).max(0.0);
             c.used(used, now);
             tracing::debug!(
                 client = h.client,

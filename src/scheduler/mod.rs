@@ -192,6 +192,9 @@ struct Client {
     fair_factor: f64,
     /// What its request guarantees it and it did not use lately ([`guarantee`]).
     guarantee: Guarantee,
+    /// How far behind the virtual clock its last charged lease left it (0 when ahead): the
+    /// lag it keeps over a pause ([`Scheduler::acquire`]).
+    lag_at_rest: f64,
     /// What its request is worth while only some clients have processes: 1 over the requests
     /// of the clients present ([`Scheduler::rescale`]), at least 1.
     scale: f64,
@@ -598,6 +601,7 @@ impl Scheduler {
                         waited_total: 0,
                         fair_factor: 1.0,
                         guarantee: Guarantee::new(now),
+                        lag_at_rest: 0.0,
                         scale: 1.0,
                         renewing_since: None,
                     },
@@ -699,8 +703,20 @@ impl Scheduler {
         };
         c.renewing_since = None;
         if !was_active && !back_at_once {
-            // A client coming back from idle does not bank the time it was away.
-            c.vtime = c.vtime.max(vclock);
+            // A client coming back from idle does not bank the time it was away, but keeps the
+            // lag it had when its last lease ended, up to a lease at its weight (EEVDF's lag
+            // over a sleep): lifted level with the virtual clock, a client left behind by its
+            // last turn lost its place to those that ran while it paused, and a clock that a
+            // client of request 0 had raised alone in line lifted every returning client to it.
+            let kept = c.lag_at_rest.min(quantum_credit / c.weight());
+            if kept > 0.0 && c.vtime < vclock {
+                tracing::debug!(
+                    client,
+                    lag_ms = kept * c.weight() / 1e6,
+                    "back with its lag"
+                );
+            }
+            c.vtime = c.vtime.max(vclock - kept);
             c.refill(now, quantum_credit, pending);
         }
         if back_at_once {

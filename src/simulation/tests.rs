@@ -1575,6 +1575,25 @@ fn an_interactive_lease_goes_back_soon_after_its_work() {
     assert_kept(&sc, &run(&sc), |_| true);
 }
 
+/// A random mix of host-bound loops (seed 13 of its kind): three batch clients' training loops
+/// (eight kernels of 0.45-0.8 ms a step, then 3.5-15 ms of host work) beside an interactive
+/// client. Lifted level with the virtual clock at each return from its host work, the loop of
+/// request 0.35 lost the place its last turn had left it to the clients that ran meanwhile, and
+/// got 0.440 of the GPU where time-slicing gives it 0.460 (0.047 short of its due out of what
+/// the mix could use, [`referee::capacity`]); back with that lag (at most a lease at its
+/// weight), no client is more than 0.016 short.
+#[test]
+fn a_client_back_from_its_host_work_keeps_its_lag() {
+    let sc = Scenario::random_of(13, 30 * S, &[Kind::HostBound]);
+    assert!(sc.clients[0].shares.interactive);
+    let (out, ts) = (run(&sc), run_time_sliced(&sc));
+    let (short, t0, client) = worst(&out, Some(&ts));
+    assert!(
+        short <= referee::TOLERANCE,
+        "client {client} short by {short:.3} in the window at {t0} s"
+    );
+}
+
 /// GPU soak seed 31 (H100, 60 s), its first 35 s: a batch client of request 0.82 (5 ms kernels,
 /// never waited for) beside an interactive client of request 0.02 and limit 0.30 (inference
 /// every 5 ms from 7.5 s, a second such process from 20.2 s). On the GPU the batch client got
