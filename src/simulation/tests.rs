@@ -380,10 +380,14 @@ fn bursts_by_mix() {
 /// The kinds of loop `SIM_KIND` names, separated by commas (saturating by default).
 fn kinds_from_env() -> Vec<Kind> {
     let names = std::env::var("SIM_KIND").unwrap_or_default();
-    let kinds: Vec<Kind> = BATCH_KINDS
+    // in the order named: `Inference,Saturating` draws the mixes `promise_by_kind` does
+    let known: Vec<Kind> = BATCH_KINDS
         .into_iter()
         .chain([Kind::Saturating, Kind::Inference])
-        .filter(|k| names.split(',').any(|n| n == format!("{k:?}")))
+        .collect();
+    let kinds: Vec<Kind> = names
+        .split(',')
+        .filter_map(|n| known.iter().copied().find(|k| n == format!("{k:?}")))
         .collect();
     if kinds.is_empty() {
         vec![Kind::Saturating]
