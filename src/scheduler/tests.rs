@@ -1363,49 +1363,6 @@ fn an_interactive_lease_beside_a_batch_kernel_is_charged_its_work_not_its_wait()
     );
 }
 
-/// USED of an interactive client whose requests mostly wait for a batch kernel's time slices
-/// counts them at what its requests took with nothing beside them; its charge, which the batch
-/// lease beside it owes less, stays at the least pending times of its recent requests (the
-/// driver's switches are lost to the batch lease too). With fewer than a quarter of its
-/// requests alone, the least pending times still held waits, and USED read them as work.
-#[test]
-fn an_interactive_client_mostly_beside_batch_kernels_counts_its_work_alone_to_used() {
-    let us = MS / 1000;
-    let mut s = batch_and_live();
-    let mut t = 0;
-    // two requests alone: six launches pending 300 us
-    for _ in 0..2 {
-        s.acquire(2, 20, t);
-        assert_eq!(s.poll(t).unwrap().session, 20);
-        s.launched(20, 6, t + MS);
-        s.release(20, 300 * us, t + MS);
-        t += 5 * MS;
-    }
-    s.acquire(1, 10, t);
-    assert_eq!(s.poll(t).unwrap().session, 10);
-    // fourteen beside the batch kernel, each pending 3.3 ms
-    for _ in 0..14 {
-        t += 5 * MS;
-        s.acquire(2, 20, t);
-        assert_eq!(s.poll(t).unwrap().session, 20);
-        s.launched(20, 6, t + 4 * MS);
-        s.release(20, 3_300 * us, t + 4 * MS);
-    }
-    let t = t + 4 * MS;
-    let u = s.usage(2, t).unwrap();
-    assert_eq!(
-        u.gpu_total,
-        16 * 300 * us,
-        "its requests at their work alone"
-    );
-    assert!(
-        u.charged_total > 2 * u.gpu_total,
-        "charged {} for work {}: the least pending times beside the batch kernel",
-        u.charged_total,
-        u.gpu_total
-    );
-}
-
 /// A batch lease beside interactive leases only counts to USED its time in GPU phases less
 /// their work, whatever its process's leases alone took per launch: on an H100 (GPU soak seed
 /// 45) a bursty job whose every lease but one in its start-up had an inference client's lease

@@ -65,7 +65,7 @@ const PAUSES_LEARNT: u8 = 2;
 const SAMPLE_NS: Nanos = 250_000;
 /// The same for an interactive process's lease (the hook's `INTERACTIVE_SAMPLE_NS`): sampled
 /// every quarter millisecond, a request of 0.23 ms that ran with nothing beside it read as idle
-/// (its work done before the first sample), and its cost alone looked a third of what it is.
+/// (its work done before the first sample).
 const INTERACTIVE_SAMPLE_NS: Nanos = 100_000;
 /// A program launches at most this much host time's worth of kernels at once (at least one):
 /// each launch passes the gate, so a lease ends no later than this after its program's launches
