@@ -58,10 +58,11 @@ const CONTENDED_IDLE_DIVISOR: Nanos = 8;
 const PAUSE_NS: Nanos = 500_000;
 /// How many pauses in a row must have run long ([`PAUSE_NS`]).
 const PAUSES_LEARNT: u8 = 2;
-/// The hook samples whether its work is pending this often while it holds a lease, and reports
-/// a lease's busy time as the share of samples that found work pending (the exact time its
-/// queue held work made the least pending time per launch look right for interactive charges
-/// here, where on an H200 it charged 0.064 for 0.094 used: [`crate::scheduler::launch_cost`]).
+/// A batch process's hook samples whether its work is pending this often while it holds a
+/// lease, and reports a lease's busy time as the share of samples that found work pending (the
+/// exact time its queue held work made the least pending time per launch look right for
+/// interactive charges here, where on an H200 it charged 0.064 for 0.094 used:
+/// [`crate::scheduler::launch_cost`]).
 const SAMPLE_NS: Nanos = 250_000;
 /// The same for an interactive process's lease (the hook's `INTERACTIVE_SAMPLE_NS`): sampled
 /// every quarter millisecond, a request of 0.23 ms that ran with nothing beside it read as idle
