@@ -88,7 +88,7 @@ impl Scheduler {
         let active = h.active.max(busy).min(wall);
         let mut owed = h.owed.round() as Nanos;
         let window = self.burst_window;
-        let mut interactive_work = None;
+        let (mut interactive_charge, mut interactive_work) = (None, None);
         // a lease that ran by itself from an empty queue (or beside interactive leases only,
         // less their work) teaches what its process's launches take in GPU phases; beside
         // other batch leases USED counts them at that ([`lease_used`])
@@ -115,15 +115,32 @@ impl Scheduler {
                 // place its class gives it. It is charged the time its work was on the GPU
                 // (never more than its wall time's part), as its process reports it; beside
                 // others, where its work waited for their time slices, no more than its
-                // launches take when they wait for nobody ([`launch_cost`]).
+                // launches take when they wait for nobody ([`launch_cost`]). The batch leases
+                // beside it owe that much less ([`Scheduler::leave_to_batch`]): what they lose
+                // to its requests is their work and the driver's switches to and from them.
                 self.launch_costs.learn(h.session, busy, h.launches);
                 owed = owed.min(busy);
                 if let Some(cap) = self.launch_costs.cap(h.session, h.launches) {
                     owed = owed.min(cap);
                 }
-                interactive_work = Some(owed);
+                // USED counts its work alone: where few of its requests run without a batch
+                // kernel beside them, the least of their pending times still holds waits for
+                // time slices (an inference client of request 0.1 beside 1 ms kernels read
+                // 0.200 where it got 0.127, the simulation's bursty mix 16). Its launches count
+                // at what they take in GPU phases (work pending, or launching: a small model's
+                // forward pass is bound by its launches) in its leases that ran with no other
+                // lease beside them, added up as a batch lease's are ([`lease_used`]).
+                if !h.crowded && !h.extended {
+                    self.launch_costs.learn_alone(h.session, active, h.launches);
+                }
+                let work = self
+                    .launch_costs
+                    .alone_take(h.session, h.launches)
+                    .map_or(owed, |alone| alone.min(active));
+                interactive_work = Some(work);
+                owed = owed.min(work);
+                interactive_charge = Some(owed);
             }
-            // an interactive lease used what it is charged: its work's time, not its waits
             let used = interactive_work
                 .unwrap_or_else(|| lease_used(&h, busy, active, &self.launch_costs));
             c.charge(owed, window, now);
@@ -151,8 +168,8 @@ impl Scheduler {
             }
             self.books.entry(h.session).or_default().charge(owed);
         }
-        if let Some(work) = interactive_work {
-            self.leave_to_batch(work);
+        if let Some(charge) = interactive_charge {
+            self.leave_to_batch(charge);
         }
         self.lease_log.ended(h.session, now);
         let sample = Sample {

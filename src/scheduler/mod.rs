@@ -1120,6 +1120,13 @@ impl Scheduler {
         // (50 us kernels synchronizing after each, beside 57 ms ones) kept an inference client
         // using less than its due share at the edge: it waited in line behind whole 57 ms
         // kernels every 130 ms.
+        // Against batch clients that are all held by their limits, whose virtual times fall
+        // behind for good ([`lead`]), an interactive client goes at once while its USED is
+        // below its weight's part (among the interactive clients) of what their limits leave.
+        // Against their virtual times, an inference client of request 0.02 using 0.07 beside
+        // a client held at 0.73 ran ahead of it, and its requests waited in line behind 56 ms
+        // kernels (GPU soak seed 44: p99 63-68 ms, time-sliced 4-8).
+        let mut limits_leave: Option<f64> = None;
         let batch_mean = if interactive.is_empty() {
             f64::INFINITY
         } else {
@@ -1132,16 +1139,34 @@ impl Scheduler {
                 .collect();
             // not those held by their limits, whose virtual times fall behind for good ([`lead`])
             let held = self.held_by_limits(batch.iter().copied());
-            let counted = if held.len() < batch.len() {
-                &batch - &held
+            if !batch.is_empty() && held.len() == batch.len() {
+                let limits: f64 = held
+                    .iter()
+                    .filter_map(|id| self.clients.get(id))
+                    .map(|c| c.shares.limit)
+                    .sum();
+                limits_leave = Some((1.0 - limits).max(0.0));
+                f64::INFINITY
             } else {
-                batch
-            };
-            self.mean_vtime(counted.iter()).unwrap_or(f64::INFINITY)
+                self.mean_vtime((&batch - &held).iter())
+                    .unwrap_or(f64::INFINITY)
+            }
         };
+        let interactive_weights: f64 = interactive
+            .iter()
+            .filter_map(|(_, id)| self.clients.get(id))
+            .map(|c| c.weight())
+            .sum();
         for (vtime, id) in interactive {
             let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
-            if vtime <= batch_mean + self.quantum as f64 / weight {
+            let eligible = match limits_leave {
+                Some(left) => {
+                    let part = left * weight / interactive_weights.max(weight);
+                    self.recent_share(id, now).unwrap_or(0.0) < part
+                }
+                None => vtime <= batch_mean + self.quantum as f64 / weight,
+            };
+            if eligible {
                 if urgent.is_none_or(|(v, _)| vtime < v) {
                     urgent = Some((vtime, id));
                 }
