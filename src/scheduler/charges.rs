@@ -123,13 +123,16 @@ impl Scheduler {
                 if let Some(cap) = self.launch_costs.cap(h.session, h.launches) {
                     owed = owed.min(cap);
                 }
-                // USED counts its work alone: where few of its requests run without a batch
-                // kernel beside them, the least of their pending times still holds waits for
-                // time slices (an inference client of request 0.1 beside 1 ms kernels read
-                // 0.200 where it got 0.127, the simulation's bursty mix 16). Its launches count
-                // at what they take in GPU phases (work pending, or launching: a small model's
-                // forward pass is bound by its launches) in its leases that ran with no other
-                // lease beside them, added up as a batch lease's are ([`lease_used`]).
+                // Nor more than its work alone, which USED counts: where few of its requests
+                // run without a batch kernel beside them, the least of their pending times
+                // still holds waits for time slices (an inference client of request 0.1 beside
+                // 1 ms kernels read 0.200 where it got 0.127, the simulation's bursty mix 16;
+                // charged so beside 56 ms kernels, two got 0.044-0.047 of a due 0.068 and the
+                // client of those kernels, relieved of that charge, ran past its limit). Its
+                // launches count at what they take in GPU phases (work pending, or launching: a
+                // small model's forward pass is bound by its launches) in its leases that ran
+                // with no other lease beside them, added up as a batch lease's are
+                // ([`lease_used`]).
                 if !h.crowded && !h.extended {
                     self.launch_costs.learn_alone(h.session, active, h.launches);
                 }
