@@ -1126,6 +1126,7 @@ impl Scheduler {
         // Against their virtual times, an inference client of request 0.02 using 0.07 beside
         // a client held at 0.73 ran ahead of it, and its requests waited in line behind 56 ms
         // kernels (GPU soak seed 44: p99 63-68 ms, time-sliced 4-8).
+        // what their limits leave, per unit of the interactive clients' weight
         let mut limits_leave: Option<f64> = None;
         let batch_mean = if interactive.is_empty() {
             f64::INFINITY
@@ -1145,25 +1146,22 @@ impl Scheduler {
                     .filter_map(|id| self.clients.get(id))
                     .map(|c| c.shares.limit)
                     .sum();
-                limits_leave = Some((1.0 - limits).max(0.0));
+                let weights: f64 = interactive
+                    .iter()
+                    .filter_map(|(_, id)| self.clients.get(id))
+                    .map(|c| c.weight())
+                    .sum();
+                limits_leave = Some((1.0 - limits).max(0.0) / weights.max(MIN_WEIGHT));
                 f64::INFINITY
             } else {
                 self.mean_vtime((&batch - &held).iter())
                     .unwrap_or(f64::INFINITY)
             }
         };
-        let interactive_weights: f64 = interactive
-            .iter()
-            .filter_map(|(_, id)| self.clients.get(id))
-            .map(|c| c.weight())
-            .sum();
         for (vtime, id) in interactive {
             let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
             let eligible = match limits_leave {
-                Some(left) => {
-                    let part = left * weight / interactive_weights.max(weight);
-                    self.recent_share(id, now).unwrap_or(0.0) < part
-                }
+                Some(per_weight) => self.recent_share(id, now).unwrap_or(0.0) < per_weight * weight,
                 None => vtime <= batch_mean + self.quantum as f64 / weight,
             };
             if eligible {

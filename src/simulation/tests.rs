@@ -396,13 +396,30 @@ fn kinds_from_env() -> Vec<Kind> {
     }
 }
 
-/// Prints the windows of `sc` under gpushare, its worst window, and its windows time-sliced.
-fn print_beside_time_slicing(sc: &Scenario) {
+/// Prints the windows of `sc` under gpushare, its worst window, and its windows time-sliced;
+/// returns both runs.
+fn print_beside_time_slicing(sc: &Scenario) -> (Outcome, Outcome) {
     let (out, ts) = (run(sc), run_time_sliced(sc));
     print(&out);
     eprintln!("worst {:?}", worst(&out, Some(&ts)));
     eprintln!("time-sliced:");
     print(&ts);
+    (out, ts)
+}
+
+/// Prints the latency percentiles of the inference processes `procs` (by index) of `out`, run
+/// as `name`.
+fn print_latencies(name: &str, out: &Outcome, procs: &[usize]) {
+    for &p in procs {
+        let l = &out.latencies[p];
+        eprintln!(
+            "{name}: inference {p}: p50 {:.2} p90 {:.2} p99 {:.2} max {:.2} ms",
+            quantile(l, 0.5),
+            quantile(l, 0.9),
+            quantile(l, 0.99),
+            quantile(l, 1.0)
+        );
+    }
 }
 
 /// Prints one random mix, its windows under gpushare and time-sliced:
@@ -732,20 +749,9 @@ fn quantile(v: &[Nanos], q: f64) -> f64 {
 #[ignore]
 fn soak_seed_16_explained() {
     let sc = soak_seed_16();
-    print_beside_time_slicing(&sc);
-    for (name, out) in [
-        ("gpushare", run(&sc)),
-        ("time-sliced", run_time_sliced(&sc)),
-    ] {
-        for p in [0, 1] {
-            let l = &out.latencies[p];
-            eprintln!(
-                "{name}: inference {p}: p50 {:.2} p90 {:.2} p99 {:.2} ms",
-                quantile(l, 0.5),
-                quantile(l, 0.9),
-                quantile(l, 0.99)
-            );
-        }
+    let (out, ts) = print_beside_time_slicing(&sc);
+    for (name, out) in [("gpushare", out), ("time-sliced", ts)] {
+        print_latencies(name, &out, &[0, 1]);
         let ran: Vec<String> = out
             .ran
             .iter()
@@ -1824,25 +1830,12 @@ fn soak_seed_44() -> Scenario {
 #[ignore]
 fn soak_seed_44_explained() {
     let sc = soak_seed_44();
-    print_beside_time_slicing(&sc);
+    let (out, ts) = print_beside_time_slicing(&sc);
     for (p, _, _, gpushare, sliced) in bursts_beside_time_slicing(&sc) {
         eprintln!("process {p}: bursts x{gpushare:.2} of alone (time-sliced x{sliced:.2})");
     }
-    for (name, out) in [
-        ("gpushare", run(&sc)),
-        ("time-sliced", run_time_sliced(&sc)),
-    ] {
-        for p in [0, 1] {
-            let l = &out.latencies[p];
-            eprintln!(
-                "{name}: inference {p}: p50 {:.2} p90 {:.2} p99 {:.2} max {:.2} ms",
-                quantile(l, 0.5),
-                quantile(l, 0.9),
-                quantile(l, 0.99),
-                quantile(l, 1.0)
-            );
-        }
-    }
+    print_latencies("gpushare", &out, &[0, 1]);
+    print_latencies("time-sliced", &ts, &[0, 1]);
 }
 
 /// GPU soak seed 44: the batch clients get their due. As on the GPU but for one window there:
