@@ -7,8 +7,9 @@
 # without (the same mix time-sliced is the same whichever build comes after it), and once both
 # builds ran a seed, the new one gets the base one's time-sliced run and both are analysed again,
 # so that throughput and the referee's capacity use one time-sliced run for both.
-# OUTPUT_DIR/solo.jsonl, if it exists, is copied into each build's directory first: both then
-# use the same solo measurements. Environment: AB_SECONDS [90] each run under gpushare
+# Both builds use one set of solo measurements, OUTPUT_DIR/solo.jsonl: it is copied into the
+# build's directory before each pair and takes back what that pair measured, so a workload is
+# measured alone once per call (or never, where the file is given already). Environment: AB_SECONDS [90] each run under gpushare
 # (SOAK_SECONDS), AB_TIMESLICE_SECONDS [40], AB_BUDGET [570] seconds for the whole call (the
 # pairs that would end past it are skipped by run.sh's SOAK_BUDGET).
 set -uo pipefail
@@ -26,10 +27,11 @@ for pair in "$@"; do
     *) echo "ab.sh: $pair: the build is base or new" >&2; exit 2 ;;
   esac
   mkdir -p "$outdir/$build"
-  [[ -e $outdir/solo.jsonl && ! -e $outdir/$build/solo.jsonl ]] && cp "$outdir/solo.jsonl" "$outdir/$build/"
+  [[ -e $outdir/solo.jsonl ]] && cp "$outdir/solo.jsonl" "$outdir/$build/solo.jsonl"
   left=$((${AB_BUDGET:-570} - (SECONDS - start)))
   TARGET=$target SOAK_SECONDS=${AB_SECONDS:-90} SOAK_TIMESLICE_SECONDS=$ts SOAK_BUDGET=$left \
     "$here/run.sh" "$outdir/$build" "$seed" >>"$outdir/$build.log" 2>&1
+  [[ -s $outdir/$build/solo.jsonl ]] && cp "$outdir/$build/solo.jsonl" "$outdir/solo.jsonl"
   echo "seed $seed $build done at $((SECONDS - start)) s"
 done
 # the base build's time-sliced runs for the new one's seeds, then both analysed again
