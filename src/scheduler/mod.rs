@@ -278,7 +278,8 @@ struct Lease {
     /// Beside others, once its process ran a lease by itself, its launches counted at what they
     /// took then ([`launch_cost`]) replace this division: demand estimates of loops that give
     /// their leases back at each pause read them far lighter than they are while they hold one.
-    /// This is what USED reports; the charge ([`Lease::owed`]) stays wall time.
+    /// This is what USED reports, and beside other batch leases what the lease is charged
+    /// ([`Lease::batch_charge`]); elsewhere the charge is [`Lease::owed`].
     used: f64,
     /// Another lease ran beside it at some moment.
     crowded: bool,
@@ -743,7 +744,8 @@ impl Scheduler {
 
     /// `session` gives the token back; its work kept the GPU busy for `busy_ns` of the lease (as
     /// its process says: it only feeds the demand estimate, clamped to the lease's wall time).
-    /// The lease is charged its wall time. A release after the token was taken back charges
+    /// The lease is charged its wall time (beside other leases, [`Lease::batch_charge`] or the
+    /// interactive charge, [`charges`]). A release after the token was taken back charges
     /// nothing (that lease was charged to its end and grace already); its process's drain took
     /// that long ([`drains`]).
     pub fn release(&mut self, session: SessionId, busy_ns: Nanos, now: Nanos) {
@@ -789,9 +791,17 @@ impl Scheduler {
         let h = &mut self.holders[i];
         let c = self.clients.get_mut(&h.client)?;
         let owed = h.owed.round() as Nanos;
-        c.charge(owed, window, now);
+        // its process reports no busy time at an extension, only its time in GPU phases
+        let used = h.used_so_far(now, &self.launch_costs);
+        let charge = if c.shares.interactive || !self.demand_gated {
+            owed
+        } else {
+            let wall = now.saturating_sub(h.start);
+            h.batch_charge(owed, used, h.active.min(wall), wall)
+        };
+        c.charge(charge, window, now);
         let book = self.books.entry(session).or_default();
-        book.charge(owed);
+        book.charge(charge);
         c.refill(now, quantum_credit, others);
         if c.credit - others <= 0.0 {
             // over its limit: the lease ends as usual and the client waits for credit; its end
@@ -800,8 +810,6 @@ impl Scheduler {
             h.end = h.start;
             return None;
         }
-        // its process reports no busy time at an extension, only its time in GPU phases
-        let used = h.used_so_far(now, &self.launch_costs);
         c.used(used, now);
         c.grants += 1;
         book.granted();
@@ -818,7 +826,7 @@ impl Scheduler {
         tracing::debug!(
             client = h.client,
             session,
-            owed_ms = owed as f64 / 1e6,
+            owed_ms = charge as f64 / 1e6,
             vtime = c.vtime,
             "extend"
         );
