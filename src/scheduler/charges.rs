@@ -247,19 +247,18 @@ const LEAST_PART_CHARGED: Nanos = 2;
 
 impl Lease {
     /// What a batch lease is charged without MPS, `owed` being its part of the time
-    /// ([`Scheduler::settle`]; under MPS, kernels of leases that run together run at once, and
-    /// each lease is charged its part): beside other batch leases, once its process reported time in GPU phases (`active`), the
-    /// GPU time its work took, as USED counts it (`used`, at most its `wall` time), and no less
-    /// than half its part. The driver's turns divide the time equally only among processes that
-    /// each need their turn: an inference loop beside a saturating one was charged 1.6 ms a
-    /// request for 0.5 ms of work, its client ran ahead in virtual time and waited in line
-    /// behind whole leases of the saturating one, and got 0.11 of a due 0.18 while the
-    /// saturating client, charged less than it took, got 0.04 above its due (the simulation's
-    /// mix 3 of inference and saturating loops). What USED counts comes from its process's
-    /// reports, so a process that under-reports lowers its charge, at most to half its part
-    /// ([`LEAST_PART_CHARGED`]). A lease that reported nothing yet (revoked at its first launch)
-    /// is charged its part: charged nothing, the client it was revoked for waited behind it for
-    /// good.
+    /// ([`Scheduler::settle`]; under MPS, kernels of leases that run together run at once, and each
+    /// lease is charged its part): beside other batch leases, once its process reported time in GPU
+    /// phases (`active`), the GPU time its work took, as USED counts it (`used`, at most its `wall`
+    /// time), and no less than half its part. The driver's turns divide the time equally only among
+    /// processes that each need their turn: an inference loop beside a saturating one was charged
+    /// 1.6 ms a request for 0.5 ms of work, its client ran ahead in virtual time and waited in line
+    /// behind whole leases of the saturating one, and got 0.11 of a due 0.18 while the saturating
+    /// client, charged less than it took, got 0.04 above its due (the simulation's mix 3 of
+    /// inference and saturating loops). What USED counts comes from its process's reports, so a
+    /// process that under-reports lowers its charge, at most to half its part
+    /// ([`LEAST_PART_CHARGED`]). A lease that reported nothing yet (revoked at its first launch) is
+    /// charged its part: charged nothing, the client it was revoked for waited behind it for good.
     pub(super) fn batch_charge(
         &self,
         owed: Nanos,

@@ -278,8 +278,8 @@ struct Lease {
     /// Beside others, once its process ran a lease by itself, its launches counted at what they
     /// took then ([`launch_cost`]) replace this division: demand estimates of loops that give
     /// their leases back at each pause read them far lighter than they are while they hold one.
-    /// This is what USED reports, and beside other batch leases what the lease is charged
-    /// ([`Lease::batch_charge`]); elsewhere the charge is [`Lease::owed`].
+    /// This is what USED reports, and without MPS beside other batch leases what the lease is
+    /// charged ([`Lease::batch_charge`]); elsewhere the charge is [`Lease::owed`].
     used: f64,
     /// Another lease ran beside it at some moment.
     crowded: bool,
