@@ -9,9 +9,10 @@
 # so that throughput and the referee's capacity use one time-sliced run for both.
 # Both builds use one set of solo measurements, OUTPUT_DIR/solo.jsonl: it is copied into the
 # build's directory before each pair and takes back what that pair measured, so a workload is
-# measured alone once per call (or never, where the file is given already). Environment: AB_SECONDS [90] each run under gpushare
-# (SOAK_SECONDS), AB_TIMESLICE_SECONDS [40], AB_BUDGET [570] seconds for the whole call (the
-# pairs that would end past it are skipped by run.sh's SOAK_BUDGET).
+# measured alone once per call (or never, where the file is given already).
+# Environment: AB_SECONDS [90] each run under gpushare (SOAK_SECONDS), AB_TIMESLICE_SECONDS
+# [40], AB_BUDGET [570] seconds for the whole call (the pairs that would end past it are
+# skipped by run.sh's SOAK_BUDGET).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 outdir=${1:?usage: AB_BASE=DIR AB_NEW=DIR bench/soak/ab.sh OUTPUT_DIR SEED:BUILD...}
