@@ -289,7 +289,7 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
                             sched.launched(session, launches, now);
                             sched.was_active(session, active);
                             if let Some(g) = sched.extend(session, now) {
-                                procs[p].granted(now, g.lease_ns, g.tight, g.contended);
+                                procs[p].granted(now, g.lease_ns, g.tight, g.shared, g.contended);
                             }
                             told[p] = true;
                         }
@@ -298,7 +298,7 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
             }
             while let Some(g) = sched.poll(now) {
                 let p = (g.session - 1) as usize;
-                procs[p].granted(now, g.lease_ns, g.tight, g.contended);
+                procs[p].granted(now, g.lease_ns, g.tight, g.shared, g.contended);
                 told[p] = true;
                 said = true;
             }
@@ -312,7 +312,10 @@ fn simulate(scenario: &Scenario, managed: bool) -> Outcome {
                 told[(s - 1) as usize] = true;
                 said = true;
             }
-            sched.take_joined();
+            for s in sched.take_joined() {
+                procs[(s - 1) as usize].joined();
+                told[(s - 1) as usize] = true;
+            }
             if !said {
                 break;
             }

@@ -1,11 +1,12 @@
 //! A simulated process: a program's loop of GPU work and host work ([`Workload`]), under the
 //! hook's rules for leases (as `libgpushare.so` keeps them): it launches only while it holds a
-//! lease that has not ended or been revoked, keeps a bounded queue, asks a quarter of a lease
-//! before its end to extend it while it uses it, drains its queue before it gives a lease back,
-//! gives back a revoked lease at once, a lease past its end once it left the GPU, a lease others
-//! waited for once it left the GPU a while, and an interactive client's lease as soon as it is
-//! idle. It reports a lease's busy time as the hook does, from samples of its queue every
-//! quarter millisecond.
+//! lease that has not ended or been revoked, keeps a bounded queue (as deep as the rest of a
+//! lease of its own, the budget beside others, a quarter of it on a tight lease), asks a quarter
+//! of a lease before its end to extend it while it uses it, drains its queue before it gives a
+//! lease back, gives back a revoked lease at once, a lease past its end once it left the GPU, a
+//! lease others waited for once it left the GPU a while, and an interactive client's lease as
+//! soon as it is idle. It reports a lease's busy time as the hook does, from samples of its
+//! queue every quarter millisecond.
 
 use std::collections::VecDeque;
 
@@ -103,6 +104,8 @@ struct Held {
     deadline: Nanos,
     revoked_at: Option<Nanos>,
     tight: bool,
+    /// Another lease runs beside it (granted so, or joined since).
+    shared: bool,
     /// Others waited for the token when it was granted or last extended.
     contended: bool,
     asked_ahead: bool,
@@ -184,6 +187,7 @@ impl Process {
             deadline: Nanos::MAX / 2,
             revoked_at: None,
             tight: false,
+            shared: true,
             contended: false,
             asked_ahead: true,
             counted_from: 0,
@@ -195,9 +199,17 @@ impl Process {
         self.held.is_some()
     }
 
-    /// The daemon granted a lease of `lease_ns` (or extended the one held); `contended`: others
-    /// wait for the token.
-    pub fn granted(&mut self, now: Nanos, lease_ns: Nanos, tight: bool, contended: bool) {
+    /// The daemon granted a lease of `lease_ns` (or extended the one held); `tight`: it keeps a
+    /// short queue; `shared`: it runs beside other leases; `contended`: others wait for the
+    /// token.
+    pub fn granted(
+        &mut self,
+        now: Nanos,
+        lease_ns: Nanos,
+        tight: bool,
+        shared: bool,
+        contended: bool,
+    ) {
         self.asked = false;
         // idle counts from the grant: the launch that waited for it comes now
         if self.idle_since.is_some() {
@@ -212,10 +224,18 @@ impl Process {
             deadline: now + lease_ns,
             revoked_at: None,
             tight,
+            shared,
             contended,
             asked_ahead: false,
             counted_from: now,
         });
+    }
+
+    /// The daemon told it that another lease started beside the one held.
+    pub fn joined(&mut self) {
+        if let Some(h) = &mut self.held {
+            h.shared = true;
+        }
     }
 
     /// The daemon told it that others wait for the lease held.
@@ -232,8 +252,18 @@ impl Process {
         }
     }
 
-    fn queue_bound(&self) -> Nanos {
+    /// How much GPU time it may have queued at `now`, as the hook's queue budget says: on a lease
+    /// of its own (not shared, not tight) whatever is done by the lease's end plus the budget
+    /// (`queue_ahead`), so that a revoked lease drains up to the rest of it; beside others the
+    /// budget, and on a tight lease a quarter of it (at least one kernel, within the budget).
+    fn queue_bound(&self, now: Nanos) -> Nanos {
         let tight = self.held.is_some_and(|h| h.tight);
+        if let Some(h) = self.held.filter(|h| !h.tight && !h.shared) {
+            return self
+                .rules
+                .queue_ahead_ns
+                .saturating_add(h.deadline.saturating_sub(now));
+        }
         let ahead = if tight {
             self.rules.queue_ahead_ns / TIGHT_DIVISOR
         } else {
@@ -418,7 +448,7 @@ impl Process {
             }
             return (Some(self.release(gpu, true)), None);
         }
-        let bound = self.queue_bound();
+        let bound = self.queue_bound(now);
         if pending >= bound {
             gpu.watch(self.ctx, Some(bound.saturating_sub(self.work.kernel_ns)));
             return (None, wake(None));
