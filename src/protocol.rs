@@ -68,9 +68,10 @@ pub const SCHED_INTERACTIVE: u32 = 1;
 /// share the GPU); the process does not hold its launches back for its queue, where its work also
 /// waits for theirs.
 pub const GRANT_SHARED: u32 = 1;
-/// [`Reply::Grant`] flag: an interactive client is active or was lately; the batch process keeps
-/// a short queue (a quarter of its queue budget, and beside others too), so that the interactive
-/// client's next request waits little behind its work.
+/// [`Reply::Grant`] flag: an interactive client is active or was lately, or a client owed burst
+/// credit may come back and end the lease; the batch process keeps a short queue (a quarter of
+/// its queue budget, and beside others too), so that that client's next request waits little
+/// behind its work.
 pub const GRANT_TIGHT: u32 = 2;
 /// [`Reply::Grant`] flag: other processes wait for the token. An extension (granted while the
 /// process would get the next lease anyway) no longer means that nobody waits.

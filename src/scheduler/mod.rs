@@ -164,9 +164,10 @@ pub struct Grant {
     pub lease_ns: Nanos,
     /// Without MPS, the lease starts beside others (light processes overlapping by demand).
     pub shared: bool,
-    /// A batch lease while an interactive client is active or was within [`INTERACTIVE_RECENT`]:
-    /// its holder keeps a short queue, so that the interactive client's next request waits
-    /// little behind its work.
+    /// A batch lease while an interactive client is active or was within [`INTERACTIVE_RECENT`],
+    /// or while a batch client owed burst credit holds no lease: its holder keeps a short queue,
+    /// so that the interactive or owed client's next request waits little behind its work
+    /// ([`Scheduler::tight_for`]).
     pub tight: bool,
     /// Other processes wait for the token: an extension no longer means that nobody does.
     pub contended: bool,

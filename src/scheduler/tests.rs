@@ -1324,6 +1324,54 @@ fn an_interactive_client_runs_at_once_and_batch_leases_are_revoked() {
     assert!(!s.extend(10, later).unwrap().tight);
 }
 
+/// While a batch client owed burst credit has a process that holds no lease, the leases of the
+/// others keep short queues: it may come back at any moment and end them, and then waits for
+/// their queues. A client with no process attached (which may never come back) does not count.
+#[test]
+fn leases_keep_short_queues_while_an_owed_client_is_away() {
+    let mut s = gated(20 * MS);
+    s.set_grace(5 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.set_client(2, shares(0.3, 1.0), 0);
+    s.set_client(3, shares(0.2, 1.0), 0);
+    // client 2's process runs a lease, then pauses; client 3 never attaches
+    s.acquire(2, 20, 0);
+    assert_eq!(s.poll(0).unwrap().session, 20);
+    s.release(20, MS, MS);
+    s.acquire(1, 10, MS);
+    let g = s.poll(MS).unwrap();
+    assert_eq!(g.session, 10);
+    assert!(!g.tight, "client 2 used its request a moment ago: not owed");
+    // client 1 keeps the GPU while client 2 pauses; client 2's bucket fills at its request's
+    // part of the requests present (0.3 / 0.8) and it is owed once half of it is unused
+    let mut t = 21 * MS;
+    let mut tight_from = None;
+    while t < 2_000 * MS {
+        let g = s.extend(10, t).expect("nobody waits: extended");
+        if g.tight && tight_from.is_none() {
+            tight_from = Some(t);
+        }
+        if tight_from.is_some() {
+            assert!(g.tight, "still owed and away at {t}");
+        }
+        t += 20 * MS;
+    }
+    let from = tight_from.expect("client 2 owed while away");
+    assert!(
+        (400 * MS..=700 * MS).contains(&from),
+        "tight from {} ms",
+        from / MS
+    );
+    // client 2's process exits while away: no client owed has a process, and client 1's
+    // lease keeps its queue as usual (client 3, owed as well by now, never attached)
+    s.session_gone(20, t);
+    let g = s.extend(10, t).unwrap();
+    assert!(
+        !g.tight,
+        "client 2's process is gone: not tight for it, nor for client 3"
+    );
+}
+
 /// A demand-gated scheduler (20 ms leases, 100 ms grace) with a batch client 1 of request 0.5
 /// and an interactive client 2.
 fn batch_and_live() -> Scheduler {

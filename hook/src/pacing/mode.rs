@@ -21,9 +21,10 @@ pub(super) static BUDGET_NS: AtomicU64 = AtomicU64::new(2_000_000);
 /// budgets by the time per launch learnt alone (kernels known to be long), or the markers fill
 /// the ring: so the queue stays bounded, and the end of the lease hands the GPU over.
 pub(super) static SHARED: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
-/// An interactive client is active or was lately (the daemon's `GRANT_TIGHT`): the queue is held
-/// to a quarter of the budget, beside others too, so that the interactive client's next request
-/// waits little behind this process's work.
+/// An interactive client is active or was lately, or a client owed burst credit may come back
+/// and end this lease (the daemon's `GRANT_TIGHT`): the queue is held to a quarter of the budget,
+/// beside others too, so that that client's next request waits little behind this process's
+/// work.
 pub(super) static TIGHT: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
 /// This process's client is interactive: its leases are never relaxed.
 static INTERACTIVE_CLIENT: AtomicBool = AtomicBool::new(false);
