@@ -165,9 +165,9 @@ pub struct Grant {
     /// Without MPS, the lease starts beside others (light processes overlapping by demand).
     pub shared: bool,
     /// A batch lease while an interactive client is active or was within [`INTERACTIVE_RECENT`],
-    /// or while a batch client owed burst credit holds no lease: its holder keeps a short queue,
-    /// so that the interactive or owed client's next request waits little behind its work
-    /// ([`Scheduler::tight_for`]).
+    /// or while a batch client owed burst credit has a process that holds no lease: its holder
+    /// keeps a short queue, so that the interactive or owed client's next request waits little
+    /// behind its work ([`Scheduler::tight_for`]).
     pub tight: bool,
     /// Other processes wait for the token: an extension no longer means that nobody does.
     pub contended: bool,

@@ -187,6 +187,7 @@ impl Process {
             deadline: Nanos::MAX / 2,
             revoked_at: None,
             tight: false,
+            // held to its own queue bound (`queue_ahead_ns` above), not to a lease's end
             shared: true,
             contended: false,
             asked_ahead: true,
