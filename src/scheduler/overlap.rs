@@ -264,9 +264,7 @@ impl Scheduler {
     /// 199 and 1.50 (host-bound loops 0.76 to 0.66, bursty 0.51 to 0.41), and 18 of 34 bursty
     /// jobs below their requests ran their bursts within 1.2 times alone (13).
     pub(super) fn tight_for(&self, client: ClientId, now: Nanos) -> bool {
-        let interactive =
-            |id: &ClientId| self.clients.get(id).is_some_and(|c| c.shares.interactive);
-        if interactive(&client) {
+        if self.interactive(client) {
             return false;
         }
         // of the clients with a process attached (one with none may never come back)
@@ -279,8 +277,8 @@ impl Scheduler {
             || self
                 .clients
                 .iter()
-                .any(|(id, c)| interactive(id) && !c.waiting.is_empty())
-            || self.holders.iter().any(|h| interactive(&h.client))
+                .any(|(&id, c)| self.interactive(id) && !c.waiting.is_empty())
+            || self.holders.iter().any(|h| self.interactive(h.client))
             || owed_away()
     }
 }
