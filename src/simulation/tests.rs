@@ -2064,10 +2064,139 @@ fn soak_seed_50s_batch_clients_get_their_due_in_the_simulation() {
     assert_kept(&sc, &run(&sc), batch(&sc));
 }
 
+/// GPU soak seed 56 (H100, 60 s): two interactive clients of inference (0.10, limit 0.85,
+/// until 44.8 s; 0.05 with two processes); a training loop of 10 ms sleeps (0.07, from 22.2 s);
+/// a loop of 20 ms sleeps and 50 ms kernels never waited for (0.15, limit 0.67, 0.10 from
+/// 49.1 s; the kernels until 51.6 s); a loop of 2 ms sleeps (from 9.4 s) and batch inference
+/// (from 25.9 s) in one client (0.23); bursts of 1.6 ms kernels and a loop of 10 ms sleeps
+/// (until 46.7 s) in one client (0, limit 0.26); a launch-bound MLP loop (0.05); an MLP loop and
+/// 200 us kernels never waited for (0.08). On the GPU the client of the 2 ms loop got
+/// 0.25-0.31 of a due 0.33-0.42 in four settled windows.
+fn soak_seed_56() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 60 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.10, 0.85, true), vec![infer(0, 44_800 * ms)]),
+            client(limited(0.05, 1.0, true), vec![infer(0, end), infer(0, end)]),
+            client(
+                limited(0.07, 1.0, false),
+                vec![train(10 * ms, 22_200 * ms, end)],
+            ),
+            client(
+                limited(0.15, 0.67, false),
+                vec![train(20 * ms, 0, end), kernels(50 * ms, 0, 0, 51_600 * ms)],
+            ),
+            client(
+                limited(0.23, 1.0, false),
+                vec![train(2 * ms, 9_400 * ms, end), infer(25_900 * ms, end)],
+            ),
+            client(
+                limited(0.0, 0.26, false),
+                vec![bursty(1_600 * us, 0, end), train(10 * ms, 0, 46_700 * ms)],
+            ),
+            client(limited(0.05, 1.0, false), vec![mlp(0, end)]),
+            client(
+                limited(0.08, 1.0, false),
+                vec![mlp(0, end), kernels(200 * us, 0, 0, end)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 49_100 * ms,
+            client: 3,
+            shares: limited(0.10, 0.67, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_56_explained() {
+    print_beside_time_slicing(&soak_seed_56());
+}
+
+/// GPU soak seed 56: the client of the loop of 2 ms sleeps gets its due. Not yet: it gets
+/// 0.245-0.30 of a due 0.33-0.37 from 10 s on, as on the GPU (time-slicing 0.10-0.20).
+#[test]
+#[ignore = "not yet: a loop of 2 ms sleeps among light loops, beside 50 ms kernels"]
+fn soak_seed_56s_host_bound_client_gets_its_due() {
+    let sc = soak_seed_56();
+    assert_kept(&sc, &run(&sc), |i| i == 4);
+}
+
+/// GPU soak seed 58 (H100, 60 s): 200 us kernels waited for every 4 (0.10, limit 0.46, from
+/// 26.8 s); 200 us kernels waited for each (0.27, limit 0.85, 27.1-52.5 s); a training loop of
+/// 10 ms sleeps (until 36.2 s) and batch inference in one client (0.13); a loop of 10 ms sleeps
+/// (0.05); bursts of 200 us kernels (from 11.6 s) and 50 us kernels waited for each in one
+/// client (0.15, limit 0.29); 20 us kernels waited for every 4 and 1 ms kernels never waited for
+/// in one client (0, 0.18 from 22.3 s, limit 0.78). On the GPU the two clients of 10 ms loops
+/// got 0.18-0.22 of a due 0.29 and 0.13-0.15 of a due 0.21 in the settled windows of their first
+/// 25 s.
+fn soak_seed_58() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 60 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(
+                limited(0.10, 0.46, false),
+                vec![kernels(200 * us, 4, 26_800 * ms, end)],
+            ),
+            client(
+                limited(0.27, 0.85, false),
+                vec![kernels(200 * us, 1, 27_100 * ms, 52_500 * ms)],
+            ),
+            client(
+                limited(0.13, 1.0, false),
+                vec![train(10 * ms, 0, 36_200 * ms), infer(0, end)],
+            ),
+            client(limited(0.05, 1.0, false), vec![train(10 * ms, 0, end)]),
+            client(
+                limited(0.15, 0.29, false),
+                vec![
+                    bursty(200 * us, 11_600 * ms, end),
+                    kernels(50 * us, 1, 0, end),
+                ],
+            ),
+            client(
+                limited(0.0, 0.78, false),
+                vec![kernels(20 * us, 4, 0, end), kernels(ms, 0, 0, end)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 22_300 * ms,
+            client: 5,
+            shares: limited(0.18, 0.78, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_58_explained() {
+    print_beside_time_slicing(&soak_seed_58());
+}
+
+/// GPU soak seed 58: the two loops of 10 ms sleeps get their due. Not yet: the loop of request
+/// 0.05 gets 0.143-0.166 of a due 0.188 in the first 20 s, its leases nearly twice their time
+/// alone: it starts beside the others' leases, as their demands let it.
+#[test]
+#[ignore = "not yet: loops of host sleeps started beside heavier ones run slowed"]
+fn soak_seed_58s_host_bound_loops_get_their_due() {
+    let sc = soak_seed_58();
+    assert_kept(&sc, &run(&sc), |i| i == 2 || i == 3);
+}
+
 /// Prints the scheduler's log (its grants, revocations and lease ends) over one random mix,
 /// each line with the simulated time in microseconds, then its windows:
 /// `SIM_KIND=HostBound SIM_SEED=9 cargo test --release --lib simulation::tests::trace --
-/// --ignored --nocapture 2> trace.txt`.
+/// --ignored --nocapture 2> trace.txt`; with `SIM_SOAK_SEED=58`, over the simulation of that
+/// GPU soak seed.
 #[test]
 #[ignore]
 fn trace() {
@@ -2078,6 +2207,39 @@ fn trace() {
         .with_ansi(false)
         .with_writer(std::io::stderr)
         .try_init();
-    let seed = std::env::var("SIM_SEED").map_or(0, |s| s.parse().unwrap());
-    print(&run(&Scenario::random_of(seed, 30 * S, &kinds_from_env())));
+    let scenario = match std::env::var("SIM_SOAK_SEED") {
+        Ok(seed) => soak_seed(seed.parse().unwrap()),
+        Err(_) => {
+            let seed = std::env::var("SIM_SEED").map_or(0, |s| s.parse().unwrap());
+            Scenario::random_of(seed, 30 * S, &kinds_from_env())
+        }
+    };
+    print(&run(&scenario));
+}
+
+/// The GPU soak seed of this number that the simulation replays.
+fn soak_seed(seed: u64) -> Scenario {
+    match seed {
+        4 => soak_seed_4(),
+        7 => soak_seed_7(),
+        13 => soak_seed_13(),
+        16 => soak_seed_16(),
+        17 => soak_seed_17(),
+        26 => soak_seed_26(),
+        27 => soak_seed_27(),
+        29 => soak_seed_29(),
+        30 => soak_seed_30(),
+        31 => soak_seed_31(),
+        33 => soak_seed_33(),
+        34 => soak_seed_34(),
+        37 => soak_seed_37(),
+        41 => soak_seed_41(),
+        42 => soak_seed_42(),
+        44 => soak_seed_44(),
+        47 => soak_seed_47(),
+        50 => soak_seed_50(),
+        56 => soak_seed_56(),
+        58 => soak_seed_58(),
+        _ => panic!("no simulation of GPU soak seed {seed}"),
+    }
 }
