@@ -73,6 +73,25 @@ pub const GRANT_SHARED: u32 = 1;
 /// its queue budget, and beside others too), so that that client's next request waits little
 /// behind its work.
 pub const GRANT_TIGHT: u32 = 2;
+/// How many times shorter the queue of a [`GRANT_TIGHT`] lease is than `daemon.queue_ahead`.
+pub const TIGHT_QUEUE_DIVISOR: u64 = 4;
+
+/// How much GPU time (ns) a process may keep queued with `left_ns` of its lease left, `budget`
+/// being `daemon.queue_ahead`: on a lease of its own (granted without [`GRANT_SHARED`] or
+/// [`GRANT_TIGHT`]) whatever is done by the lease's end plus `budget`, so that early in a lease
+/// the queue may hold the rest of it; beside others (`shared`) `budget`; on a tight lease, alone
+/// or not, a [`TIGHT_QUEUE_DIVISOR`]th of it (at least 1 ns). The hook holds its launches to it;
+/// the simulation's processes keep the same queues.
+pub fn queue_budget(budget: u64, tight: bool, shared: bool, left_ns: u64) -> u64 {
+    if tight {
+        (budget / TIGHT_QUEUE_DIVISOR).max(1)
+    } else if shared {
+        budget
+    } else {
+        budget.saturating_add(left_ns)
+    }
+}
+
 /// [`Reply::Grant`] flag: other processes wait for the token. An extension (granted while the
 /// process would get the next lease anyway) no longer means that nobody waits.
 pub const GRANT_CONTENDED: u32 = 4;

@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 
 use super::gpu::Gpu;
+use crate::protocol;
 use crate::scheduler::Nanos;
 
 /// What a program does, over and over from `start` to `end`: a *step* of `kernels` kernels of
@@ -76,8 +77,6 @@ const INTERACTIVE_SAMPLE_NS: Nanos = 100_000;
 const LAUNCH_GRAIN_NS: Nanos = 100_000;
 /// Gaps between two launches shorter than this are time in GPU phases (the hook's).
 const LAUNCH_GAP_NS: Nanos = 200_000;
-/// A tight lease (an interactive client active) keeps a queue this much shorter.
-const TIGHT_DIVISOR: Nanos = 4;
 
 /// What a process asks of the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,24 +252,22 @@ impl Process {
         }
     }
 
-    /// How much GPU time it may have queued at `now`, as the hook's queue budget says: on a lease
-    /// of its own (not shared, not tight) whatever is done by the lease's end plus the budget
-    /// (`queue_ahead`), so that a revoked lease drains up to the rest of it; beside others the
-    /// budget, and on a tight lease a quarter of it (at least one kernel, within the budget).
+    /// How much GPU time it may have queued at `now`: the hook's queue budget
+    /// ([`protocol::queue_budget`]) for the lease it holds (on a lease of its own whatever is
+    /// done by the lease's end plus `queue_ahead`, so that a revoked lease drains up to the rest
+    /// of it; beside others `queue_ahead`, on a tight lease a quarter of it), and beside others at
+    /// least one kernel within `queue_ahead`. The ungated process (time-slicing) holds a lease
+    /// marked shared, so that its bound is its own `queue_ahead_ns`.
     fn queue_bound(&self, now: Nanos) -> Nanos {
+        let alone = self.held.is_some_and(|h| !h.tight && !h.shared);
         let tight = self.held.is_some_and(|h| h.tight);
-        if let Some(h) = self.held.filter(|h| !h.tight && !h.shared) {
-            return self
-                .rules
-                .queue_ahead_ns
-                .saturating_add(h.deadline.saturating_sub(now));
-        }
-        let ahead = if tight {
-            self.rules.queue_ahead_ns / TIGHT_DIVISOR
+        let left = self.held.map_or(0, |h| h.deadline.saturating_sub(now));
+        let bound = protocol::queue_budget(self.rules.queue_ahead_ns, tight, !alone, left);
+        if alone {
+            bound
         } else {
-            self.rules.queue_ahead_ns
-        };
-        ahead.max(self.work.kernel_ns.min(self.rules.queue_ahead_ns))
+            bound.max(self.work.kernel_ns.min(self.rules.queue_ahead_ns))
+        }
     }
 
     fn alive(&self, now: Nanos) -> bool {

@@ -34,8 +34,6 @@ static UNDER_MPS: AtomicBool = AtomicBool::new(false);
 /// The current lease was extended (the daemon extends a lease beside others only while every
 /// process weighs the same).
 static EXTENDED: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
-/// How much smaller the queue budget is on a tight lease.
-const TIGHT_DIVISOR: u64 = 4;
 
 /// Whether the lease of `lane` just granted (or extended) runs beside others.
 pub fn set_shared(lane: Lane, shared: bool) {
@@ -95,13 +93,10 @@ pub fn set_tight(lane: Lane, tight: bool) {
     TIGHT[lane].store(tight, Relaxed);
 }
 
-/// The queue budget of the current lease: a quarter of `budget` on a tight one.
+/// The queue budget of the current lease beside others, without the rest of a lease of its
+/// own: a quarter of `budget` on a tight one.
 pub(super) fn lease_budget(budget: u64, tight: bool) -> u64 {
-    if tight {
-        (budget / TIGHT_DIVISOR).max(1)
-    } else {
-        budget
-    }
+    proto::protocol::queue_budget(budget, tight, true, 0)
 }
 
 /// How much GPU time may be queued with `left_ns` of the lease left. On a lease of its own (not
@@ -115,11 +110,10 @@ pub(super) fn lease_budget(budget: u64, tight: bool) -> u64 {
 /// 1.11 and the pair 1.15.
 /// Beside others (`shared`) the driver time-slices the GPU and the queue is held to `budget`;
 /// on a tight lease (an interactive client near) to a quarter of it.
+/// The rule is the protocol's ([`proto::protocol::queue_budget`]), which the daemon's
+/// simulation follows too.
 pub(super) fn queue_budget(budget: u64, tight: bool, shared: bool, left_ns: u64) -> u64 {
-    if tight || shared {
-        return lease_budget(budget, tight);
-    }
-    budget.saturating_add(left_ns)
+    proto::protocol::queue_budget(budget, tight, shared, left_ns)
 }
 
 /// The queue budget of the current lease of `lane` with `left_ns` of it left
