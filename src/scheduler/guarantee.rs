@@ -2,8 +2,7 @@
 //!
 //! A client's request is a rate of GPU time it may claim. A token bucket keeps what it did not
 //! claim: it fills at `request` nanoseconds per nanosecond (times its fair-share factor, and
-//! scaled to its part of the requests of the clients present, what those held by their limits
-//! cannot take going to the others: the scheduler passes that rate as
+//! scaled to its part of the requests of the clients present: the scheduler passes that rate as
 //! `rate` here, and "request" below means it), up to
 //! the smaller of the request and its complement (`1 - request`) times the *window*
 //! (`daemon.burst_window`, [`WINDOW`] by default), and every lease the client is charged

@@ -98,32 +98,6 @@ const MIN_WEIGHT: f64 = 0.01;
 pub fn request_weight(request: f64) -> f64 {
     request.max(MIN_WEIGHT)
 }
-
-/// The scale at which weights share the GPU among clients capped by their limits: the level
-/// `s` (at least 1) where every client's part, `weight * s` or its limit where that is less
-/// (its weight where its limit is below it), adds up to the whole GPU. What a client held by
-/// its limit cannot take goes to the others by their weights, as the referee's water-filling
-/// gives it. Where the limits leave part of the GPU to nobody, the level at which the last of
-/// them is reached. 1 without clients.
-fn water_level(clients: impl Iterator<Item = (f64, f64)>) -> f64 {
-    // each client's weight and the level at which its limit holds it
-    let mut caps: Vec<(f64, f64)> = clients
-        .filter(|&(w, _)| w > 0.0)
-        .map(|(w, limit)| (w, limit.max(w) / w))
-        .collect();
-    caps.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let (mut left, mut weights) = (1.0, caps.iter().map(|c| c.0).sum::<f64>());
-    let mut level = 1.0_f64;
-    for &(w, at) in &caps {
-        if left / weights <= at {
-            return (left / weights).max(1.0);
-        }
-        left -= w * at;
-        weights -= w;
-        level = at;
-    }
-    level.max(1.0)
-}
 /// How long after an interactive client's last lease batch processes of equal weights still
 /// overlap only as far as their demands fit: its next request comes soon.
 pub const INTERACTIVE_RECENT: Nanos = 1_000_000_000;
@@ -223,8 +197,7 @@ struct Client {
     /// lag it keeps over a pause ([`Scheduler::acquire`]).
     lag_at_rest: f64,
     /// What its request is worth while only some clients have processes: 1 over the requests
-    /// of the clients present, those held by their limits counted at their limits
-    /// ([`Scheduler::rescale`]), at least 1.
+    /// of the clients present ([`Scheduler::rescale`]), at least 1.
     scale: f64,
     /// When a batch lease of its ended with work left (at its end, or revoked at its process's
     /// next launch), until it asks again: its process comes back at once
@@ -651,18 +624,18 @@ impl Scheduler {
     /// them is due that part of it as the others are. Filled at its request alone, a client of
     /// request 0.10 among clients present whose requests added up to 0.5 got 0.10 where it was
     /// due 0.20, its bursts 5.9 times their time alone (GPU soak seed 17).
-    /// What clients held by their limits cannot take of their parts goes to the others by their
-    /// requests ([`water_level`]). Without it, two training loops bound by their host (requests
-    /// 0.13 and 0.05) beside a client held at its limit of 0.29 got 0.13-0.22 of a due
-    /// 0.21-0.29 (GPU soak seed 58).
     fn rescale(&mut self, now: Nanos) {
         let present: BTreeSet<ClientId> = self.present.values().copied().collect();
-        let scale = water_level(
-            present
-                .iter()
-                .filter_map(|id| self.clients.get(id))
-                .map(|c| (request_weight(c.shares.request), c.shares.limit)),
-        );
+        let total: f64 = present
+            .iter()
+            .filter_map(|id| self.clients.get(id))
+            .map(|c| request_weight(c.shares.request))
+            .sum();
+        let scale = if total > 0.0 {
+            (1.0 / total).max(1.0)
+        } else {
+            1.0
+        };
         let window = self.burst_window;
         for c in self.clients.values_mut() {
             if c.scale != scale {

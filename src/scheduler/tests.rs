@@ -3513,34 +3513,6 @@ fn a_bursty_client_among_clients_present_gets_its_part_of_their_requests() {
     );
 }
 
-/// Clients of requests 0.10, 0.4 (limit 0.4) and 0.1 present, the last two saturating, one
-/// lease at a time; the first computes 60 ms bursts, each followed by a pause of 140 ms. What
-/// the limited client cannot take goes to the other two by their requests, 0.3 each, so the
-/// first is due the 0.3 its bursts take alone: its burst credit fills at that part, and it gets
-/// each burst as if alone. Scaled by the requests present alone (0.10 / 0.6), it got 0.256 of
-/// the GPU, the rest of its part going to the saturating client (GPU soak seed 58: two training
-/// loops held by their host got 0.13-0.22 where they were due 0.21-0.29 beside a client held at
-/// its limit).
-#[test]
-fn a_bursty_client_gets_its_part_of_what_a_limited_client_leaves() {
-    let mut s = Scheduler::new(20 * MS, 0);
-    s.set_grace(10 * MS);
-    for (id, request, limit) in [(2, 0.10, 1.0), (3, 0.4, 0.4), (4, 0.1, 1.0)] {
-        s.set_client(id, shares(request, limit), 0);
-    }
-    s.acquire(3, 30, 0);
-    s.acquire(4, 40, 0);
-    let mut run = bursts_beside(&mut s, 100 * MS, 60 * MS, Next::After(140 * MS));
-    assert_near(run.got(2), 0.3, 0.015, "the bursty client");
-    assert_near(run.got(3), 0.4, 0.015, "the limited client");
-    run.bursts.sort_unstable();
-    let median = run.bursts[run.bursts.len() / 2] as f64 / (60 * MS) as f64;
-    assert!(
-        median < 1.2,
-        "bursts took {median:.2} times their time alone"
-    );
-}
-
 /// A client held at its limit (request and limit 0.25) beside a saturating client of request
 /// 0.25, the client of request 0.5 absent: scaled by the requests present, its burst credit
 /// would fill at 0.5 while it may use 0.25, and it would be owed for ever, going ahead of the
@@ -3561,37 +3533,6 @@ fn a_client_held_at_its_limit_is_never_owed() {
     }
     assert_near(limited, 0.25, 0.01, "the limited client");
     assert_eq!(owed, 0, "owed at {owed} of 20 seconds' ends");
-}
-
-/// The scale of the requests present: what the clients held by their limits cannot take goes
-/// to the others by their weights.
-#[test]
-fn requests_present_scale_up_to_the_limits() {
-    let level = |clients: &[(f64, f64)]| water_level(clients.iter().copied());
-    assert_eq!(level(&[]), 1.0, "nobody present");
-    assert_near(
-        level(&[(0.2, 1.0), (0.3, 1.0)]),
-        2.0,
-        1e-9,
-        "no limit reached",
-    );
-    assert_near(
-        level(&[(0.4, 0.4), (0.1, 1.0), (0.1, 1.0)]),
-        3.0,
-        1e-9,
-        "one held at its limit",
-    );
-    assert_near(
-        level(&[(0.1, 0.2), (0.2, 0.3), (0.01, 0.1)]),
-        10.0,
-        1e-9,
-        "all held: where the last limit is reached",
-    );
-    assert_eq!(
-        level(&[(0.6, 1.0), (0.6, 1.0)]),
-        1.0,
-        "never below the requests"
-    );
 }
 
 /// Burst credit's rate follows the clients present: a process that asks makes its client

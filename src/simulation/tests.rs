@@ -2183,7 +2183,7 @@ fn soak_seed_58_explained() {
 }
 
 /// GPU soak seed 58: the two loops of 10 ms sleeps get their due. Not yet: the loop of request
-/// 0.05 gets 0.143-0.166 of a due 0.188 in the first 20 s, its leases nearly twice their time
+/// 0.05 gets 0.134-0.150 of a due 0.188 in the first 20 s, its leases about twice their time
 /// alone: it starts beside the others' leases, as their demands let it.
 #[test]
 #[ignore = "not yet: loops of host sleeps started beside heavier ones run slowed"]
