@@ -2192,6 +2192,80 @@ fn soak_seed_58s_host_bound_loops_get_their_due() {
     assert_kept(&sc, &run(&sc), |i| i == 2 || i == 3);
 }
 
+/// GPU soak seed 62 (H100, 60 s): 50 ms kernels never waited for (from 15.5 s) and a CUDA graph
+/// loop in one client (0.07, limit 0.68; 0.21 from 17 s); a loop of 2 ms sleeps (0.03, limit
+/// 0.40); 5 ms kernels waited for every 4 (0.19); bursts of 200 us kernels and 50 ms kernels
+/// waited for each in one client (0.03); bursts of 1.6 ms kernels (0.03, 22.1-47.5 s); 1.6 ms
+/// kernels waited for every 4 (0.28, limit 0.85, from 15.6 s; 0.14 from 26.7 s). On the GPU
+/// the client of 5 ms kernels got 0.22-0.24 of a due 0.29-0.30 in the settled windows, the
+/// client of 50 ms kernels 0.41 where its USED said 0.22-0.25, and the mix did 0.70 of what
+/// time-slicing did.
+fn soak_seed_62() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 60 * S);
+    let client = |shares, processes| ClientSpec { shares, processes };
+    let graph = Workload {
+        kernel_ns: 340 * us,
+        kernels: 10,
+        graph: true,
+        sync: true,
+        ..plain_loop(0, end)
+    };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(
+                limited(0.07, 0.68, false),
+                vec![kernels(50 * ms, 0, 15_500 * ms, end), graph],
+            ),
+            client(limited(0.03, 0.40, false), vec![train(2 * ms, 0, end)]),
+            client(limited(0.19, 1.0, false), vec![kernels(5 * ms, 4, 0, end)]),
+            client(
+                limited(0.03, 1.0, false),
+                vec![bursty(200 * us, 0, end), kernels(50 * ms, 1, 0, end)],
+            ),
+            client(
+                limited(0.03, 1.0, false),
+                vec![bursty(1_600 * us, 22_100 * ms, 47_500 * ms)],
+            ),
+            client(
+                limited(0.28, 0.85, false),
+                vec![kernels(1_600 * us, 4, 15_600 * ms, end)],
+            ),
+        ],
+        changes: vec![
+            ShareChange {
+                at: 17_000 * ms,
+                client: 0,
+                shares: limited(0.21, 0.68, false),
+            },
+            ShareChange {
+                at: 26_700 * ms,
+                client: 5,
+                shares: limited(0.14, 0.85, false),
+            },
+        ],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_62_explained() {
+    print_beside_time_slicing(&soak_seed_62());
+}
+
+/// GPU soak seed 62: every batch client keeps its due share in the simulation, and the USED of
+/// the client of 50 ms kernels is what it got. On the GPU neither held: that client got 0.41
+/// where its USED said 0.22-0.25, and the client of 5 ms kernels was 0.06-0.07 short. Where
+/// the GPU's run differs from the simulation's is not known yet; USED's shortfall points at
+/// the 50 ms kernels' time past their 20 ms leases.
+#[test]
+fn soak_seed_62s_batch_clients_get_their_due_in_the_simulation() {
+    let sc = soak_seed_62();
+    assert_kept(&sc, &run(&sc), batch(&sc));
+}
+
 /// Prints the scheduler's log (its grants, revocations and lease ends) over one random mix,
 /// each line with the simulated time in microseconds, then its windows:
 /// `SIM_KIND=HostBound SIM_SEED=9 cargo test --release --lib simulation::tests::trace --
@@ -2240,6 +2314,7 @@ fn soak_seed(seed: u64) -> Scenario {
         50 => soak_seed_50(),
         56 => soak_seed_56(),
         58 => soak_seed_58(),
+        62 => soak_seed_62(),
         _ => panic!("no simulation of GPU soak seed {seed}"),
     }
 }
