@@ -73,6 +73,9 @@ pub const GRANT_SHARED: u32 = 1;
 /// its queue budget, and beside others too), so that that client's next request waits little
 /// behind its work.
 pub const GRANT_TIGHT: u32 = 2;
+/// [`Reply::Grant`] flag: other processes wait for the token. An extension (granted while the
+/// process would get the next lease anyway) no longer means that nobody waits.
+pub const GRANT_CONTENDED: u32 = 4;
 /// How many times shorter the queue of a [`GRANT_TIGHT`] lease is than `daemon.queue_ahead`.
 pub const TIGHT_QUEUE_DIVISOR: u64 = 4;
 
@@ -92,9 +95,6 @@ pub fn queue_budget(budget: u64, tight: bool, shared: bool, left_ns: u64) -> u64
     }
 }
 
-/// [`Reply::Grant`] flag: other processes wait for the token. An extension (granted while the
-/// process would get the next lease anyway) no longer means that nobody waits.
-pub const GRANT_CONTENDED: u32 = 4;
 /// [`Reply::Status`] flag: more of the document follows in the next frame.
 pub const STATUS_MORE: u32 = 1;
 /// Most bytes of the status document one [`Reply::Status`] frame carries.
