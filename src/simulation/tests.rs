@@ -2256,10 +2256,10 @@ fn soak_seed_62_explained() {
 }
 
 /// GPU soak seed 62: every batch client keeps its due share in the simulation, and the USED of
-/// the client of 50 ms kernels is what it got. On the GPU neither held: that client got 0.41
-/// where its USED said 0.22-0.25, and the client of 5 ms kernels was 0.06-0.07 short. Where
-/// the GPU's run differs from the simulation's is not known yet; USED's shortfall points at
-/// the 50 ms kernels' time past their 20 ms leases.
+/// the client of 50 ms kernels is what it got. In the first of two GPU runs neither held: that
+/// client got 0.41 where its USED said 0.22-0.25, and the client of 5 ms kernels was 0.06-0.07
+/// short; in the second, USED was within 3 points and the client of 5 ms kernels 0.02-0.04
+/// short. What made the first run's 50 ms kernels take so much is not known yet.
 #[test]
 fn soak_seed_62s_batch_clients_get_their_due_in_the_simulation() {
     let sc = soak_seed_62();
