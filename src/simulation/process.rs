@@ -259,14 +259,14 @@ impl Process {
     /// least one kernel within `queue_ahead`. The ungated process (time-slicing) holds a lease
     /// marked shared, so that its bound is its own `queue_ahead_ns`.
     fn queue_bound(&self, now: Nanos) -> Nanos {
-        let alone = self.held.is_some_and(|h| !h.tight && !h.shared);
-        let tight = self.held.is_some_and(|h| h.tight);
-        let left = self.held.map_or(0, |h| h.deadline.saturating_sub(now));
-        let bound = protocol::queue_budget(self.rules.queue_ahead_ns, tight, !alone, left);
-        if alone {
-            bound
-        } else {
+        let (tight, shared, left) = self.held.map_or((false, true, 0), |h| {
+            (h.tight, h.shared, h.deadline.saturating_sub(now))
+        });
+        let bound = protocol::queue_budget(self.rules.queue_ahead_ns, tight, shared, left);
+        if tight || shared {
             bound.max(self.work.kernel_ns.min(self.rules.queue_ahead_ns))
+        } else {
+            bound
         }
     }
 

@@ -47,6 +47,11 @@ fn limited(request: f64, limit: f64, interactive: bool) -> Shares {
     }
 }
 
+/// A client of these shares running these processes.
+fn client(shares: Shares, processes: Vec<Workload>) -> ClientSpec {
+    ClientSpec { shares, processes }
+}
+
 fn print(outcome: &Outcome) {
     for w in &outcome.windows {
         let v = referee::judge(&w.clients);
@@ -1013,7 +1018,6 @@ fn soak_seed_27() -> Scenario {
         host_ns: 550 * ms,
         ..base
     };
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1127,7 +1131,6 @@ fn soak_seed_29() -> Scenario {
         ..base
     };
     let mlp = |start| soak_loops::mlp(start, 60 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1192,7 +1195,6 @@ fn soak_seed_37() -> Scenario {
     let ms = 1_000_000;
     let us = 1_000;
     let base = plain_loop(0, 70 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1357,7 +1359,6 @@ mod soak_loops {
 fn soak_seed_30() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 75 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1413,7 +1414,6 @@ fn soak_seed_30s_bursty_client_of_a_small_request_gets_its_due() {
 fn soak_seed_33() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 90 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1485,7 +1485,6 @@ fn soak_seed_33s_host_bound_and_bursty_client_gets_its_due() {
 fn soak_seed_34() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 70 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1543,7 +1542,6 @@ fn soak_seed_34s_client_of_small_request_gets_its_due() {
 fn soak_seed_26() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 90 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     let short_kernels = tiny_synced(0, end);
     let graph_steps = Workload {
         launch_ns: 20 * us,
@@ -1684,7 +1682,6 @@ fn inference_loops_beside_saturating_ones_are_charged_their_work() {
 fn soak_seed_31() -> Scenario {
     use soak_loops::*;
     let (ms, end) = (1_000_000, 35 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1743,7 +1740,6 @@ fn loops_that_wait_for_tiny_kernels_get_their_due_beside_launch_bound_ones() {
 fn soak_seed_41() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 75 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1791,7 +1787,6 @@ fn soak_seed_41_explained() {
 fn soak_seed_42() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 75 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1870,7 +1865,6 @@ fn soak_seed_42s_client_of_small_request_gets_its_due() {
 fn soak_seed_44() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 75 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -1961,7 +1955,6 @@ fn soak_seed_44s_bursty_job_beside_its_sibling_is_no_slower_than_time_sliced() {
 fn soak_seed_47() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 75 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -2017,7 +2010,6 @@ fn soak_seed_47s_host_bound_loop_gets_its_due() {
 fn soak_seed_50() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 75 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -2075,7 +2067,6 @@ fn soak_seed_50s_batch_clients_get_their_due_in_the_simulation() {
 fn soak_seed_56() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 60 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -2138,7 +2129,6 @@ fn soak_seed_56s_host_bound_client_gets_its_due() {
 fn soak_seed_58() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 60 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     Scenario {
         seed: 0,
         clients: vec![
@@ -2203,7 +2193,6 @@ fn soak_seed_58s_host_bound_loops_get_their_due() {
 fn soak_seed_62() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 60 * S);
-    let client = |shares, processes| ClientSpec { shares, processes };
     let graph = Workload {
         kernel_ns: 340 * us,
         kernels: 10,
