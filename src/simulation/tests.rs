@@ -2248,7 +2248,11 @@ fn soak_seed_62_explained() {
 /// the client of 50 ms kernels is what it got. In the first of two GPU runs neither held: that
 /// client got 0.41 where its USED said 0.22-0.25, and the client of 5 ms kernels was 0.06-0.07
 /// short; in the second, USED was within 3 points and the client of 5 ms kernels 0.02-0.04
-/// short. What made the first run's 50 ms kernels take so much is not known yet.
+/// short. Two later GPU runs had the first run's marks: the client of 50 ms kernels got
+/// 0.47-0.56 in windows where its USED said 0.23-0.30 (about half: the least a lease beside
+/// others is charged). In one of them its hook had learnt 290 us as the GPU time of a launch
+/// of its 56 ms kernels (likely from a start-up kernel), so it queued many; the simulation's
+/// processes know their kernels' time and cannot show that.
 ///
 /// The loop of 2 ms sleeps (request 0.03) got about half its due in both GPU runs (0.041-0.052
 /// of 0.079-0.094 in the first 15 s) and gets it here, where it gives most leases back half a
