@@ -2248,14 +2248,15 @@ fn soak_seed_62_explained() {
 /// the client of 50 ms kernels is what it got. In the first of two GPU runs neither held: that
 /// client got 0.41 where its USED said 0.22-0.25, and the client of 5 ms kernels was 0.06-0.07
 /// short; in the second, USED was within 3 points and the client of 5 ms kernels 0.02-0.04
-/// short. Two later GPU runs had the first run's marks: the client of 50 ms kernels got
-/// 0.47-0.56 in windows where its USED said 0.23-0.30 (about half: the least a lease beside
-/// others is charged). In one of them its hook had learnt 290 us as the GPU time of a launch
-/// of its 56 ms kernels (likely from a start-up kernel), so it queued many; the simulation's
-/// processes know their kernels' time and cannot show that.
+/// short. Two of three later GPU runs had the first run's marks; in the one whose windows all
+/// came back (a trial build of the hook), the client of 50 ms kernels got 0.47-0.56 where its
+/// USED said 0.23-0.30 (about half: the least a lease beside others is charged), and its hook
+/// had learnt 290 us as the GPU time of a launch of its 56 ms kernels (likely from a start-up
+/// kernel), so it queued many. The simulation's processes know their kernels' time and cannot
+/// show that.
 ///
-/// The loop of 2 ms sleeps (request 0.03) got about half its due in both GPU runs (0.041-0.052
-/// of 0.079-0.094 in the first 15 s) and gets it here, where it gives most leases back half a
+/// The loop of 2 ms sleeps (request 0.03) got about half its due in the first two GPU runs
+/// (0.041-0.052 of 0.079-0.094 in the first 15 s) and gets it here, where it gives most leases back half a
 /// millisecond into its sleep (3.6 s of leases for 2.5 s of work). On the GPU its hook held its
 /// leases through most of its sleeps (3.2 s of leases for 1.6 s of work in the first run): it
 /// learnt 38 times in a minute that it stays away once it pauses, and unlearnt it as often, its
