@@ -2256,9 +2256,9 @@ fn soak_seed_62_explained() {
 /// show that.
 ///
 /// The loop of 2 ms sleeps (request 0.03) got about half its due in the first two GPU runs
-/// (0.041-0.052 of 0.079-0.094 in the first 15 s) and gets it here, where it gives most leases back half a
-/// millisecond into its sleep (3.6 s of leases for 2.5 s of work). On the GPU its hook held its
-/// leases through most of its sleeps (3.2 s of leases for 1.6 s of work in the first run): it
+/// (0.041-0.052 of 0.079-0.094 in the first 15 s) and gets it here, where it gives most leases back
+/// half a millisecond into its sleep (3.6 s of leases for 2.5 s of work). On the GPU its hook held
+/// its leases through most of its sleeps (3.2 s of leases for 1.6 s of work in the first run): it
 /// learnt 38 times in a minute that it stays away once it pauses, and unlearnt it as often, its
 /// pauses about as long as the 2.5 ms after which a contended lease goes back (the hook's
 /// `pauses`). The simulation's sleeps are exact, where the GPU's vary.
