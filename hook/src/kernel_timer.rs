@@ -45,6 +45,8 @@ struct Timer {
     /// The launch timed was drawn by count, and its lease ran beside others when it started.
     drawn: bool,
     shared: bool,
+    /// The start was recorded behind this process's own work still pending.
+    behind: bool,
 }
 
 /// A launch's GPU time, and how its timing began.
@@ -55,6 +57,10 @@ pub struct Timed {
     pub drawn: bool,
     /// Its lease ran beside others when the timing began.
     pub shared: bool,
+    /// Its start was recorded behind this process's own work still pending on the GPU: the
+    /// launch followed right behind it in the queue, and the pair spans others' work only where
+    /// the driver switched to another process between the two (see [`before_launch`]).
+    pub behind: bool,
 }
 
 // SAFETY: events and streams are plain driver handles, usable from any thread of the process.
@@ -68,6 +74,7 @@ const IDLE: Timer = Timer {
     host_ns: 0,
     drawn: false,
     shared: false,
+    behind: false,
 };
 
 static TIMER: PerLane<ForkSafe<Timer>> =
@@ -84,19 +91,23 @@ fn record_fn() -> Option<Record> {
 }
 
 /// Before a launch on `stream` in `lane`: starts timing it, unless a pair is in flight or the
-/// last one started less than [`TIME_EVERY_NS`] ago.
-pub fn before_launch(lane: Lane, stream: CUstream) {
-    start(lane, stream, false, false);
+/// last one started less than [`TIME_EVERY_NS`] ago. `behind`: this process's own work is
+/// pending on the GPU. A start recorded on an idle queue is done at once, and the launch that
+/// follows it microseconds later may wait there for another process's turn: the pair then spans
+/// that turn. Behind the process's own work, the launch is queued right after the start before
+/// either runs.
+pub fn before_launch(lane: Lane, stream: CUstream, behind: bool) {
+    start(lane, stream, false, false, behind);
 }
 
 /// Before a launch on `stream` in `lane` drawn by its count (for the pacing's GPU time), on a
 /// lease beside others if `shared`: starts timing it unless a pair is in flight or another
 /// thread's launch is being timed, however soon after the last.
 pub fn before_drawn_launch(lane: Lane, stream: CUstream, shared: bool) {
-    start(lane, stream, true, shared);
+    start(lane, stream, true, shared, false);
 }
 
-fn start(lane: Lane, stream: CUstream, drawn: bool, shared: bool) {
+fn start(lane: Lane, stream: CUstream, drawn: bool, shared: bool, behind: bool) {
     let now = now_ns();
     let mut t = TIMER[lane].lock();
     let recent = now.saturating_sub(t.last) < TIME_EVERY_NS;
@@ -125,6 +136,7 @@ fn start(lane: Lane, stream: CUstream, drawn: bool, shared: bool) {
     t.stream = stream;
     t.drawn = drawn;
     t.shared = shared;
+    t.behind = behind;
     END_DUE[lane].store(true, Relaxed);
     crate::stats::TIMED.add(1);
 }
@@ -182,6 +194,7 @@ pub fn take(lane: Lane) -> Option<Timed> {
         ns,
         drawn: t.drawn,
         shared: t.shared,
+        behind: t.behind,
     })
 }
 

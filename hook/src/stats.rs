@@ -53,10 +53,11 @@ pub static RING_FULL: Counter = Counter::new();
 /// The lease thread's samples of the queue, and the markers it recorded itself.
 pub static SAMPLES: Counter = Counter::new();
 pub static SAMPLE_MARKERS: Counter = Counter::new();
-/// Launches timed on their own (by a pair of timing events), and how often that lowered the time per
-/// launch learnt.
+/// Launches timed on their own (by a pair of timing events), and how often that lowered or raised
+/// the time per launch learnt.
 pub static TIMED: Counter = Counter::new();
 pub static LOWERED: Counter = Counter::new();
+pub static RAISED: Counter = Counter::new();
 /// Timed launches left out: the launch call itself was slow (a module loaded).
 pub static SLOW_LAUNCHES: Counter = Counter::new();
 /// Markers whose completion was seen too late to learn the GPU time per launch from.
@@ -95,7 +96,7 @@ pub fn line() -> String {
          back by the lease thread; {} queue checks, {} waits ({:.1} ms), {} launches passed \
          unchecked, {} markers dropped (ring full); {} samples, {} sampling markers; {} launches \
          timed ({} slow on the host), \
-         {} lowered the time per launch learnt, {} seen done too late to learn from, now {} us \
+         {} lowered and {} raised the time per launch learnt, {} seen done too late to learn from, now {} us \
          (at most {} us); {:.1} ms of leases, {:.1} ms pending, {:.1} ms busy reported ({} \
          timings for it, {} waits for the GPU), {:.1} ms active reported; taught {} times to give contended leases back \
          early in pauses",
@@ -114,6 +115,7 @@ pub fn line() -> String {
         TIMED.get(),
         SLOW_LAUNCHES.get(),
         LOWERED.get(),
+        RAISED.get(),
         UNSURE.get(),
         PER_LAUNCH_NS.get() / 1000,
         PER_LAUNCH_MAX_NS.get() / 1000,

@@ -10,7 +10,8 @@
 //! queued since the newest marker seen done, a launch waits while they would take more than the
 //! queue budget to run, estimated from how fast markers complete, and a marker follows every few
 //! launches, about eight per budget ([`Pacer::spacing`]). On a lease of its own the budget is
-//! what is left of the lease plus daemon.queue_ahead ([`queue_budget`](mode::queue_budget)): the
+//! what is left of the lease plus daemon.queue_ahead ([`queue_budget`](mode::queue_budget)),
+//! once markers taught the time per launch ([`Pacer::room`]): the
 //! queue may run ahead of the program early in a lease and shrinks towards its end. So the end
 //! of a lease drains in about daemon.queue_ahead (plus one kernel), whatever the kernel sizes and
 //! however rarely the program synchronizes, and a launch that neither waits nor is due a marker
@@ -38,7 +39,7 @@ use crate::stats;
 pub use mode::shared;
 use mode::{check_every, current_budget, lowered_by_timing, CHECK_EVERY_NS, SHARED, TIGHT};
 pub use mode::{configure, relaxed, set_extended, set_shared, set_tight, set_under_mps};
-use pacer::{lower, query_fn, Pacer, STALLED_WAIT_NS};
+use pacer::{lower, query_fn, Pacer};
 
 /// Record a marker after the launch under way (set at a check, taken after the launch).
 static MARK_AFTER: PerLane<AtomicBool> = PerLane([const { AtomicBool::new(false) }; MAX]);
@@ -80,34 +81,40 @@ pub fn joined(lane: Lane, at_ns: u64) {
 /// Returns how long until the next check (0: at the next launch). `wait_limit_ns` bounds a wait;
 /// `left_ns` is what is left of the lease.
 ///
-/// Beside others ([`lowered_by_timing`]), a process taken for one with long kernels has some of
-/// its launches timed ([`kernel_timer`]): the pair starts right before the launch, after any wait
-/// here.
+/// Beside others ([`lowered_by_timing`]), a process taken for one with long kernels, or one
+/// whose own work is still queued, has some of its launches timed ([`kernel_timer`]): the pair
+/// starts right before the launch, after any wait here.
 ///
 /// Until the process knows its GPU time per launch, every launch checks, and launches are timed
 /// on their own: the first whose launch call was not slow on the host gives the first estimate.
 pub fn check(lane: Lane, stream: CUstream, wait_limit_ns: u64, left_ns: u64) -> u64 {
-    let (next, per_launch) = check_queue(lane, wait_limit_ns, left_ns);
-    if per_launch == 0 || (lowered_by_timing(lane) && per_launch >= CHECK_EVERY_NS) {
-        kernel_timer::before_launch(lane, stream);
+    let (next, per_launch, queued) = check_queue(lane, wait_limit_ns, left_ns);
+    if per_launch == 0 || (lowered_by_timing(lane) && (per_launch >= CHECK_EVERY_NS || queued)) {
+        kernel_timer::before_launch(lane, stream, queued);
     }
     next
 }
 
 /// A launch of `lane` timed on its own: one drawn by count is a sample of the GPU time the
 /// lease's work takes ([`gpu_time`]); one the pacer timed, the first estimate of the GPU time
-/// per launch, or a lower one beside others ([`lowered_by_timing`]).
+/// per launch, or beside others ([`lowered_by_timing`]) a higher one ([`Pacer::raise_from`],
+/// from launches timed behind the process's own queue) or, for kernels taken for long ones, a
+/// lower one.
 fn learn_timed(p: &mut Pacer, lane: Lane, timed: kernel_timer::Timed) {
     if timed.drawn {
         gpu_time::timed(lane, timed.ns, timed.shared);
         return;
     }
-    let timed = timed.ns;
+    let (behind, timed) = (timed.behind, timed.ns);
     if p.per_launch_ns == 0 {
         p.set_per_launch(timed.max(1));
     } else if lowered_by_timing(lane) {
+        if behind && p.raise_from(timed) {
+            stats::RAISED.add(1);
+            return;
+        }
         let lowered = lower(p.per_launch_ns, timed);
-        if lowered < p.per_launch_ns {
+        if p.per_launch_ns >= CHECK_EVERY_NS && lowered < p.per_launch_ns {
             stats::LOWERED.add(1);
             p.set_per_launch(lowered);
         }
@@ -131,10 +138,11 @@ pub fn time_drawn_launch(lane: Lane, stream: Option<CUstream>) {
 /// [`check`]'s wait. The pacer's lock is not held while waiting: the lease thread samples the
 /// queue meanwhile (a launching thread that waited under the lock would starve it of samples,
 /// and the lease would be reported idle). Returns how long until the next check, and the GPU
-/// time per launch then (read under the lock the check holds, not in a second one).
-fn check_queue(lane: Lane, wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
+/// time per launch then (read under the lock the check holds, not in a second one) and whether
+/// work of this process was still pending at the last look.
+fn check_queue(lane: Lane, wait_limit_ns: u64, left_ns: u64) -> (u64, u64, bool) {
     let Some(query) = query_fn() else {
-        return (u64::MAX, pacer(lane).per_launch_ns);
+        return (u64::MAX, pacer(lane).per_launch_ns, false);
     };
     let tight = TIGHT[lane].load(Relaxed);
     let budget = current_budget(lane, left_ns);
@@ -162,7 +170,7 @@ fn check_queue(lane: Lane, wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
                     } else {
                         check_every(lane)
                     };
-                    return (next, p.per_launch_ns);
+                    return (next, p.per_launch_ns, false);
                 }
             }
             let shared = SHARED[lane].load(Relaxed);
@@ -183,19 +191,15 @@ fn check_queue(lane: Lane, wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
                 first = false;
             }
             if p.room(launches, budget) {
-                return (next_check, p.per_launch_ns);
+                return (next_check, p.per_launch_ns, p.len > 0);
             }
-            let limit = if p.stalled {
-                STALLED_WAIT_NS.max(p.per_launch_ns)
-            } else {
-                wait_limit_ns.saturating_sub(now_ns().saturating_sub(start))
-            };
+            let limit = p.wait_left(wait_limit_ns, now_ns().saturating_sub(start), shared);
             let short = p.short_beside_others(budget, relaxed(lane));
             let per_launch = p.per_launch_ns;
             match p.front() {
-                Some(_) if shared && short && !tight => return (next_check, per_launch),
+                Some(_) if shared && short && !tight => return (next_check, per_launch, true),
                 Some(m) => (m.event, limit),
-                None => return (next_check, per_launch),
+                None => return (next_check, per_launch, false),
             }
         };
         // SAFETY: an event of ours (markers' events are reused, never destroyed, once recorded).
@@ -225,7 +229,7 @@ fn check_queue(lane: Lane, wait_limit_ns: u64, left_ns: u64) -> (u64, u64) {
             // Held up by something else: short waits until some of this queue completes.
             let mut p = pacer(lane);
             p.stalled = true;
-            return (0, p.per_launch_ns);
+            return (0, p.per_launch_ns, p.len > 0);
         }
     }
 }

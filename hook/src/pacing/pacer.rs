@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering::*;
 
 use super::activity::Activity;
-use super::mode::{lease_budget, BUDGET_NS, CHECK_EVERY_NS, SHARED, TIGHT};
+use super::mode::{current_budget, lease_budget, BUDGET_NS, CHECK_EVERY_NS, SHARED, TIGHT};
 use crate::clock::now_ns;
 use crate::cuda::*;
 use crate::driver::{helper, Helper};
@@ -26,6 +26,9 @@ const SHARED_MOST_MARKERS: usize = 31;
 const RELAXED_MOST_MARKERS: usize = RING - 1;
 /// Most launches queued, however short the kernels.
 const MOST_QUEUED: u64 = 256;
+/// Beside others, budgets of work (by the time per launch learnt) past which a queue of kernels
+/// known to be long is held back ([`Pacer::short_beside_others`]).
+const SHARED_LONG_BUDGETS: u64 = 4;
 /// Markers per queue budget while backlogged: how finely the queue is seen to drain.
 const MARKERS_PER_BUDGET: u64 = 8;
 /// Most launches from one marker to the next while backlogged, and from one check to the next
@@ -39,6 +42,8 @@ const MOST_SPACING: u64 = 32;
 /// waited behind that queue until they stalled too. Waiting a launch's time per launch, the
 /// queue grows by about what the GPU runs meanwhile.
 pub(super) const STALLED_WAIT_NS: u64 = 1_000_000;
+/// Beside others a wait for the queue lasts at least this many times the GPU time per launch.
+const SHARED_WAIT_LAUNCHES: u64 = 8;
 
 #[derive(Clone, Copy)]
 pub(super) struct Marker {
@@ -70,12 +75,19 @@ struct Learnt {
 
 /// How many of the latest learnt times per launch can be taken back ([`joined`](super::joined)).
 const LEARNT_KEPT: usize = 16;
+/// Times per launch learnt from markers (and kept) before a lease of its own may queue its rest
+/// ([`Pacer::room`]).
+const SURE_AFTER: usize = 4;
+/// Launches timed behind the process's own queue beside others that raise the time per launch
+/// when the shortest of them is [`RAISED_PAST`] times it or more ([`Pacer::raise_from`]).
+const RAISE_AFTER: usize = 3;
+const RAISED_PAST: u64 = 2;
 
 pub(super) struct Pacer {
     /// The lane whose queue this is (set by each lock, [`pacer`](super::pacer)).
     pub(super) lane: Lane,
-    /// A wait for this queue ran into its limit: until a marker completes, waits are short
-    /// ([`STALLED_WAIT_NS`]).
+    /// A wait for this queue ran into its limit: until a marker completes, waits on a lease of
+    /// its own are short ([`Pacer::wait_left`]).
     pub(super) stalled: bool,
     pub(super) ring: [Option<Marker>; RING],
     head: usize,
@@ -96,6 +108,14 @@ pub(super) struct Pacer {
     last_seen_pending: u64,
     /// When the marker popped last was seen done, and the launches when it was recorded.
     last_done: Option<(u64, u64)>,
+    /// A time before the marker popped last completed (when it was last seen pending, or
+    /// recorded).
+    last_before_done: u64,
+    /// The latest bounds on the mean GPU time of the launches between two markers: the time from
+    /// before the first completed to when the second was seen done, over the launches between
+    /// them (they ran after the first and before the second), a ring of [`RAISE_AFTER`] (0: none).
+    bounds: [u64; RAISE_AFTER],
+    bounds_next: usize,
     /// When the newest marker was recorded.
     pub(super) last_mark: u64,
     /// When work of this process was last seen pending (at a check or a sample).
@@ -109,6 +129,10 @@ pub(super) struct Pacer {
     pub(super) busy_samples: u32,
     /// The lease's time in GPU phases, counted at the samples.
     pub(super) activity: Activity,
+    /// The latest launches timed behind this process's own queue beside others, a ring of
+    /// [`RAISE_AFTER`] (0: none yet).
+    timed_behind: [u64; RAISE_AFTER],
+    timed_behind_next: usize,
 }
 
 // SAFETY: events are plain driver handles, usable from any thread of the process.
@@ -133,6 +157,9 @@ impl Pacer {
             anchor: None,
             last_seen_pending: 0,
             last_done: None,
+            last_before_done: 0,
+            bounds: [0; RAISE_AFTER],
+            bounds_next: 0,
             last_mark: 0,
             last_pending: 0,
             backlogged: false,
@@ -140,6 +167,8 @@ impl Pacer {
             samples: 0,
             busy_samples: 0,
             activity: Activity::new(),
+            timed_behind: [0; RAISE_AFTER],
+            timed_behind_next: 0,
         }
     }
 
@@ -182,7 +211,15 @@ impl Pacer {
         self.len -= 1;
         self.stalled = false;
         self.time_launches(&m, done_at);
+        if let Some((_, before)) = self.last_done {
+            let took = done_at.saturating_sub(self.last_before_done);
+            if let Some(bound) = took.checked_div(m.launches.saturating_sub(before)) {
+                self.bounds[self.bounds_next] = bound.max(1);
+                self.bounds_next = (self.bounds_next + 1) % RAISE_AFTER;
+            }
+        }
         self.last_seen_pending = m.seen_pending_at;
+        self.last_before_done = m.seen_pending_at.max(m.recorded);
         self.last_done = Some((done_at, m.launches));
         self.spare.push(m.event);
     }
@@ -260,6 +297,43 @@ impl Pacer {
         {
             self.learn_from(done_at, took);
         }
+    }
+
+    /// Raises the time per launch beside others to what launches timed on their own show, a
+    /// launch that took `ns` being the latest; returns whether it did. Beside others markers
+    /// teach nothing, and until now launches timed there only lowered what was learnt: a
+    /// process whose first launch, timed, was short stayed taken for one of short kernels
+    /// whatever it launched next. On an H100 a job of 56 ms matmuls that never synchronized,
+    /// started beside five other clients, had timed its operands' 290 us `torch.randn` first:
+    /// held back only at four budgets of work by that time, it queued seconds of matmuls, which
+    /// the driver ran in the other processes' turns, and it got 0.47-0.56 of the GPU where its
+    /// client was charged 0.23-0.30. A pair may also span another process's turn, where the
+    /// driver switched between the start and the launch's end, and so read long; the shortest
+    /// of the last [`RAISE_AFTER`] timings, each begun behind the process's own queue (with
+    /// the launch queued right after the start), is taken, only when it is [`RAISED_PAST`]
+    /// times the time per launch or more, and longer than the work a queue of long kernels
+    /// may hold beside others ([`SHARED_LONG_BUDGETS`] budgets), and only up to what the
+    /// markers allow: the launches between two of them took at most the time between the two
+    /// completions, the others' turns included (`bounds`). With the fake driver, whose GPU runs
+    /// kernels in the order they were launched, a process of 50 us kernels beside one of 2 ms
+    /// kernels had most of its launches timed behind one of the other's, and raised to 2 ms by
+    /// every three, it made half the launches it makes alone.
+    pub(super) fn raise_from(&mut self, ns: u64) -> bool {
+        self.timed_behind[self.timed_behind_next] = ns.max(1);
+        self.timed_behind_next = (self.timed_behind_next + 1) % RAISE_AFTER;
+        let shortest = self.timed_behind.iter().copied().min().unwrap_or(0);
+        let bound = self.bounds.iter().copied().max().unwrap_or(0);
+        let long = lease_budget(BUDGET_NS.load(Relaxed), false).saturating_mul(SHARED_LONG_BUDGETS);
+        if shortest == 0
+            || shortest < self.per_launch_ns.saturating_mul(RAISED_PAST)
+            || shortest <= long
+            || shortest > bound
+        {
+            return false;
+        }
+        self.timed_behind = [0; RAISE_AFTER];
+        self.set_per_launch(shortest);
+        true
     }
 
     /// Sets the GPU time per launch, and the counters that show it.
@@ -345,10 +419,47 @@ impl Pacer {
         self.last_done.map_or(0, |(_, at)| at)
     }
 
+    /// How long a launch over its allowance may still wait for the queue, having waited
+    /// `waited_ns` of `limit_ns` in this check; beside others if `shared`. Alone, once a wait
+    /// ran into its limit, short waits ([`STALLED_WAIT_NS`], or the GPU time per launch) until a
+    /// marker completes: the GPU runs about a launch meanwhile. Beside others it runs this
+    /// process's work only in its turns, and a marker behind one long kernel waits for every
+    /// other process's turn too: on an H100, beside five other clients, a process of 56 ms
+    /// kernels waited out its limit of 100 ms at most launches, and then launched a kernel
+    /// every millisecond until its next synchronize, a second of work queued past its lease.
+    /// There each wait lasts the whole limit, and at least [`SHARED_WAIT_LAUNCHES`] times the
+    /// GPU time per launch: without progress, a launch passes once per limit.
+    pub(super) fn wait_left(&self, limit_ns: u64, waited_ns: u64, shared: bool) -> u64 {
+        if shared {
+            let limit = limit_ns.max(self.per_launch_ns.saturating_mul(SHARED_WAIT_LAUNCHES));
+            limit.saturating_sub(waited_ns)
+        } else if self.stalled {
+            STALLED_WAIT_NS.max(self.per_launch_ns)
+        } else {
+            limit_ns.saturating_sub(waited_ns)
+        }
+    }
+
     /// Whether the next launch fits in the queue: fewer launches queued since the newest marker
-    /// seen done than the budget allows.
+    /// seen done than the budget allows. The rest of a lease of its own in `budget` counts only
+    /// once markers taught the time per launch [`SURE_AFTER`] times ([`Pacer::sure_budget`]).
     pub(super) fn room(&self, launches: u64, budget: u64) -> bool {
-        launches.saturating_sub(self.done_launches()) < self.allowed(budget)
+        launches.saturating_sub(self.done_launches()) < self.allowed(self.sure_budget(budget))
+    }
+
+    /// `budget`, at most the budget beside others (without the rest of a lease of its own)
+    /// until markers taught the time per launch [`SURE_AFTER`] times. A time per launch from one
+    /// launch timed on its own, or from the few launches of a program's start, may be far off
+    /// (a job that draws its operands with a few short kernels, then runs long matmuls), and the
+    /// rest of the lease by that time allowed scores of launches at once: with the fake driver,
+    /// a process whose first four launches took 0.3 ms queued 69-230 of its 13 ms kernels, one
+    /// to three seconds of work, before its markers taught it their length.
+    fn sure_budget(&self, budget: u64) -> u64 {
+        if self.learnt_len >= SURE_AFTER {
+            budget
+        } else {
+            budget.min(current_budget(self.lane, 0))
+        }
     }
 
     /// Launches since the newest marker was recorded, pending or done (all of them before any).
@@ -369,7 +480,8 @@ impl Pacer {
     /// not known yet are not taken for short ones.
     pub(super) fn short_beside_others(&self, budget: u64, relaxed: bool) -> bool {
         let long = self.per_launch_ns >= CHECK_EVERY_NS
-            && (self.len as u64).saturating_mul(self.per_launch_ns) >= budget.saturating_mul(4);
+            && (self.len as u64).saturating_mul(self.per_launch_ns)
+                >= budget.saturating_mul(SHARED_LONG_BUDGETS);
         let most_markers = if relaxed {
             RELAXED_MOST_MARKERS
         } else {
@@ -378,9 +490,10 @@ impl Pacer {
         !long && self.per_launch_ns != 0 && self.len < most_markers
     }
 
-    /// Whether a marker follows the next launch of a backlogged process ([`Pacer::spacing`]).
+    /// Whether a marker follows the next launch of a backlogged process ([`Pacer::spacing`] of
+    /// the budget its queue is held to, [`Pacer::room`]).
     pub(super) fn mark_due(&self, launches: u64, budget: u64) -> bool {
-        self.since_newest(launches) + 1 >= self.spacing(budget)
+        self.since_newest(launches) + 1 >= self.spacing(self.sure_budget(budget))
     }
 }
 
@@ -636,6 +749,83 @@ mod tests {
         }
         assert!(t < CHECK_EVERY_NS, "{t}: still taken for long kernels");
         assert_eq!(lower(1_600_000, 2_000_000), 1_600_000, "never raised");
+    }
+
+    /// Beside others, launches timed behind the process's own queue raise a time per launch
+    /// they show far too short, once the shortest of the last three does, within what its
+    /// markers allow, and only for kernels longer than a queue beside others may hold; one
+    /// timing that also spanned another process's turn does not.
+    #[test]
+    fn launches_timed_behind_the_own_queue_raise_a_time_per_launch_far_too_short() {
+        let _counters = stats::TEST_GLOBALS.lock();
+        let mut p = Pacer::new();
+        p.per_launch_ns = 290_000;
+        p.bounds = [0, 60_000_000, 0];
+        assert!(!p.raise_from(56_000_000));
+        assert!(!p.raise_from(60_000_000), "two timings");
+        assert!(p.raise_from(57_000_000), "three long timings");
+        assert_eq!(p.per_launch_ns, 56_000_000, "the shortest of them");
+        assert!(!p.raise_from(200_000_000), "the raise starts a new count");
+
+        // markers that completed sooner than the timings say: they spanned another's work
+        let mut p = Pacer::new();
+        p.per_launch_ns = 50_000;
+        p.bounds = [250_000, 300_000, 200_000];
+        for ns in [2_050_000, 2_100_000, 2_040_000, 2_000_000] {
+            assert!(!p.raise_from(ns), "{ns}");
+        }
+        assert_eq!(p.per_launch_ns, 50_000);
+        p.bounds = [0; RAISE_AFTER];
+        assert!(!p.raise_from(2_000_000), "no bound yet");
+        // kernels that no queue beside others holds many of: not raised
+        p.bounds = [10_000_000; RAISE_AFTER];
+        for ns in [5_000_000, 6_000_000, 7_000_000, 5_500_000] {
+            assert!(!p.raise_from(ns), "{ns}");
+        }
+
+        // a launch-bound process: one of its timings spanned another's turn
+        let mut p = Pacer::new();
+        p.per_launch_ns = 20_000;
+        p.bounds = [1_000_000; RAISE_AFTER];
+        for ns in [21_000, 19_000, 6_000_000, 20_000, 22_000, 18_000] {
+            assert!(!p.raise_from(ns), "{ns}");
+        }
+        assert_eq!(p.per_launch_ns, 20_000);
+        // kernels a little longer than learnt: not raised
+        for ns in [30_000, 35_000, 39_000, 31_000] {
+            assert!(!p.raise_from(ns), "{ns}");
+        }
+        assert_eq!(p.per_launch_ns, 20_000);
+    }
+
+    /// Alone, a stalled queue waits a launch's time; beside others every wait may last the
+    /// whole limit, and eight launches' time.
+    #[test]
+    fn beside_others_a_wait_for_the_queue_lasts_the_whole_limit() {
+        let ms = 1_000_000;
+        let mut p = Pacer::new();
+        p.per_launch_ns = 300_000;
+        assert_eq!(p.wait_left(100 * ms, 30 * ms, false), 70 * ms);
+        assert_eq!(p.wait_left(100 * ms, 30 * ms, true), 70 * ms);
+        p.stalled = true;
+        assert_eq!(
+            p.wait_left(100 * ms, 0, false),
+            STALLED_WAIT_NS,
+            "alone, stalled"
+        );
+        assert_eq!(
+            p.wait_left(100 * ms, 0, true),
+            100 * ms,
+            "beside others, stalled"
+        );
+        p.per_launch_ns = 56 * ms;
+        assert_eq!(p.wait_left(100 * ms, 0, false), 56 * ms, "a launch's time");
+        assert_eq!(
+            p.wait_left(100 * ms, 48 * ms, true),
+            400 * ms,
+            "eight launches' time"
+        );
+        assert_eq!(p.wait_left(100 * ms, 500 * ms, true), 0);
     }
 
     #[test]
