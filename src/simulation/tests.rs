@@ -2253,7 +2253,9 @@ fn soak_seed_62_explained() {
 /// USED said 0.23-0.30 (about half: the least a lease beside others is charged), and its hook
 /// had learnt 290 us as the GPU time of a launch of its 56 ms kernels (likely from a start-up
 /// kernel), so it queued many. The simulation's processes know their kernels' time and cannot
-/// show that.
+/// show that. The hook now holds a lease of its own to `queue_ahead` until its markers taught it
+/// the time per launch four times (and raises a time far too short beside others): in five GPU
+/// runs of the build before, two had the fault (288-291 us learnt); in six since, none.
 ///
 /// The loop of 2 ms sleeps (request 0.03) got about half its due in the first two GPU runs
 /// (0.041-0.052 of 0.079-0.094 in the first 15 s) and gets it here, where it gives most leases back
