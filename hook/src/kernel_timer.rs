@@ -7,7 +7,9 @@
 //! launch and is held back at a few launches queued: it falls far behind the others. A pair of
 //! timing events recorded right before and right after one launch on the same stream measures
 //! that launch's time on the GPU, without what was queued before it; the pacer uses it to lower
-//! an estimate the pair shows to be too long.
+//! an estimate the pair shows to be too long, and (pairs begun behind the process's own queue)
+//! to raise one far too short, whose queue of long kernels would run on through the others'
+//! turns.
 
 use std::sync::atomic::{AtomicBool, Ordering::*};
 

@@ -301,24 +301,21 @@ impl Pacer {
 
     /// Raises the time per launch beside others to what launches timed on their own show, a
     /// launch that took `ns` being the latest; returns whether it did. Beside others markers
-    /// teach nothing, and until now launches timed there only lowered what was learnt: a
-    /// process whose first launch, timed, was short stayed taken for one of short kernels
-    /// whatever it launched next. On an H100 a job of 56 ms matmuls that never synchronized,
-    /// started beside five other clients, had timed its operands' 290 us `torch.randn` first:
-    /// held back only at four budgets of work by that time, it queued seconds of matmuls, which
-    /// the driver ran in the other processes' turns, and it got 0.47-0.56 of the GPU where its
-    /// client was charged 0.23-0.30 (nine launches were timed in its 44 s). A pair may also
-    /// span another process's turn, where the driver switched between the start and the
-    /// launch's end, and so read long; the shorter of the last [`RAISE_AFTER`] timings, each
-    /// begun behind the process's own queue (with
-    /// the launch queued right after the start), is taken, only when it is [`RAISED_PAST`]
-    /// times the time per launch or more, and longer than the work a queue of long kernels
-    /// may hold beside others ([`SHARED_LONG_BUDGETS`] budgets), and only up to what the
-    /// markers allow: the launches between two of them took at most the time between the two
-    /// completions, the others' turns included (`bounds`). With the fake driver, whose GPU runs
-    /// kernels in the order they were launched, a process of 50 us kernels beside one of 2 ms
-    /// kernels had most of its launches timed behind one of the other's, and raised to 2 ms again
-    /// and again, it made about half the launches it makes alone.
+    /// teach nothing, and launches timed there only lowered what was learnt: a time per launch
+    /// far too short stayed so. On an H100 a job of 56 ms matmuls that never synchronized,
+    /// beside five other clients, ended two of five runs with 288-291 us (about its operands'
+    /// `torch.randn`), queued seconds of matmuls that the driver ran in the others' turns, and
+    /// got 0.43 of the GPU, 0.10-0.14 more than its client was charged. A pair may also span
+    /// another process's turn, where the driver switched between the start and the launch's
+    /// end, and so read long. So the shorter of the last [`RAISE_AFTER`] timings, each begun
+    /// behind the process's own queue (the launch queued right after the start), is taken, only
+    /// when it is [`RAISED_PAST`] times the time per launch or more and longer than the work a
+    /// queue of long kernels may hold beside others ([`SHARED_LONG_BUDGETS`] budgets), and only
+    /// up to what the markers allow: the launches between two of them took at most the time
+    /// between the two completions, the others' turns included (`bounds`). With the fake
+    /// driver, whose GPU runs kernels in the order they were launched, a process of 50 us
+    /// kernels beside one of 2 ms kernels had most of its launches timed behind one of the
+    /// other's; raised to 2 ms again and again, it made about half the launches it makes alone.
     pub(super) fn raise_from(&mut self, ns: u64) -> bool {
         self.timed_behind[self.timed_behind_next] = ns.max(1);
         self.timed_behind_next = (self.timed_behind_next + 1) % RAISE_AFTER;
