@@ -855,4 +855,35 @@ mod tests {
         assert_eq!(p.allowed(q(false, false, 20 * ms)), 220);
         assert_eq!(p.allowed(q(false, false, ms)), 30);
     }
+
+    /// A time per launch not yet taught by markers four times (one launch timed, a few short
+    /// kernels of a program's start) holds a lease of its own to `queue_ahead`: the rest of the
+    /// lease by a time far too short would be scores of long kernels. A join that takes back
+    /// what was learnt holds it there again.
+    #[test]
+    fn the_rest_of_a_lease_is_queued_once_markers_taught_the_time_per_launch() {
+        let _globals = stats::TEST_GLOBALS.lock();
+        configure(2_000_000, false);
+        set_shared(Lane::FIRST, false);
+        set_tight(Lane::FIRST, false);
+        let ms = 1_000_000;
+        let budget = queue_budget(2 * ms, false, false, 20 * ms);
+        let mut p = Pacer::new();
+        p.per_launch_ns = 300_000;
+        assert!(
+            p.room(5, budget) && !p.room(6, budget),
+            "2 ms of 0.3 ms launches"
+        );
+        assert!(p.mark_due(0, budget), "a marker after each launch");
+        for i in 0..SURE_AFTER as u64 {
+            p.learn_from(1_000 + i, 300_000);
+        }
+        assert!(
+            p.room(72, budget) && !p.room(73, budget),
+            "22 ms of 0.3 ms launches"
+        );
+        assert!(!p.mark_due(0, budget), "markers nine launches apart");
+        p.forget_learnt_since(0);
+        assert!(!p.room(6, budget), "taken back by a join");
+    }
 }
