@@ -2465,12 +2465,11 @@ fn median_gap_after(k: &[(u32, u64, u64, String)], after: u32, next: u32) -> u64
     gaps.get(gaps.len() / 2).copied().unwrap_or(u64::MAX)
 }
 
-/// How long each kernel of `pid` waited on the fake's shared GPU behind the work queued before
-/// it (from its launch to its start), in nanoseconds, sorted.
-fn queue_waits(log: &Path, pid: u32) -> Vec<u64> {
+/// When each kernel of `pid` was launched (queued) on the fake's shared GPU and when it started,
+/// in CLOCK_MONOTONIC nanoseconds, in the log's order.
+fn queued_and_started(log: &Path, pid: u32) -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut waits: Vec<u64> = text
-        .lines()
+    text.lines()
         .filter(|l| l.split_whitespace().next() == Some(pid.to_string().as_str()))
         .filter_map(|l| {
             let start: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
@@ -2479,8 +2478,17 @@ fn queue_waits(log: &Path, pid: u32) -> Vec<u64> {
                 .find_map(|f| f.strip_prefix("queued="))?
                 .parse()
                 .ok()?;
-            Some(start.saturating_sub(queued))
+            Some((queued, start))
         })
+        .collect()
+}
+
+/// How long each kernel of `pid` waited on the fake's shared GPU behind the work queued before
+/// it (from its launch to its start), in nanoseconds, sorted.
+fn queue_waits(log: &Path, pid: u32) -> Vec<u64> {
+    let mut waits: Vec<u64> = queued_and_started(log, pid)
+        .into_iter()
+        .map(|(queued, start)| start.saturating_sub(queued))
         .collect();
     waits.sort_unstable();
     waits
@@ -2881,20 +2889,7 @@ fn a_long_kernel_queue_stays_bounded_from_the_first_launch() {
 /// Most kernels of `pid` queued on the fake's shared GPU and not yet started at any of its
 /// launches from `from` on (CLOCK_MONOTONIC ns).
 fn most_queued_from(log: &Path, pid: u32, from: u64) -> usize {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mine: Vec<(u64, u64)> = text
-        .lines()
-        .filter(|l| l.split_whitespace().next() == Some(pid.to_string().as_str()))
-        .filter_map(|l| {
-            let start: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
-            let queued: u64 = l
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix("queued="))?
-                .parse()
-                .ok()?;
-            Some((queued, start))
-        })
-        .collect();
+    let mine = queued_and_started(log, pid);
     mine.iter()
         .filter(|(q, _)| *q >= from)
         .map(|&(at, _)| mine.iter().filter(|&&(q, s)| q <= at && s > at).count())
@@ -2906,8 +2901,8 @@ fn most_queued_from(log: &Path, pid: u32, from: u64) -> usize {
 /// its operands with a few short kernels, then runs long matmuls and never synchronizes), alone
 /// at first and then beside processes of other clients, keeps a short queue of its long
 /// kernels. Taken for one of 0.3 ms kernels, it queued the rest of its lease by that time, 69-230
-/// kernels of 13 ms (one to three seconds of work), and 30-207 were still queued a second into
-/// its run beside the others (on an H100 such a job, beside five other clients, got 0.47-0.56
+/// kernels of 13 ms (one to three seconds of work), and in most runs 29-207 were still queued a
+/// second into its run beside the others (on an H100 such a job, beside five other clients, got 0.47-0.56
 /// of the GPU where its client was charged 0.23-0.30). Now a lease of its own queues its rest
 /// only once markers taught the time per launch a few times, launches timed behind its own
 /// queue beside others raise a time per launch far too short, and a wait for the queue beside
