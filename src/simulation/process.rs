@@ -136,7 +136,8 @@ pub struct Process {
     reported_at: Nanos,
     /// When its queue last emptied (it left the GPU) and it launched nothing since.
     idle_since: Option<Nanos>,
-    /// The same, not restarted by a grant: when its pause began.
+    /// When its pause began: its queue emptied, and it neither launched nor asked for a lease
+    /// since (as in the hook, a wait for the token is no pause: a grant forgets it).
     paused_since: Option<Nanos>,
     /// Its last lease's length, and how many of its pauses in a row that reached [`PAUSE_NS`]
     /// went on past [`contended_idle`] of it.
@@ -219,6 +220,8 @@ impl Process {
         // time in GPU phases in periods from then
         self.last_lease_ns = lease_ns;
         self.reported_at = now;
+        // the wait for the token was no pause of its own
+        self.paused_since = None;
         self.held = Some(Held {
             granted_at: now,
             deadline: now + lease_ns,
@@ -267,6 +270,22 @@ impl Process {
             bound.max(self.work.kernel_ns.min(self.rules.queue_ahead_ns))
         } else {
             bound
+        }
+    }
+
+    /// Its pause under way, if one, ends at `now` (a launch, or the gate asking for a lease,
+    /// as the hook's `pauses::ended`): counted long or short where it reached [`PAUSE_NS`].
+    fn end_pause(&mut self, now: Nanos) {
+        if let Some(t) = self.paused_since.take() {
+            let pause = now - t;
+            if pause >= PAUSE_NS {
+                let long = pause >= contended_idle_of(self.last_lease_ns);
+                self.long_pauses = if long {
+                    self.long_pauses.saturating_add(1)
+                } else {
+                    0
+                };
+            }
         }
     }
 
@@ -430,6 +449,7 @@ impl Process {
                 return (None, wake(None));
             }
             self.asked = true;
+            self.end_pause(now);
             return (Some(Ask::Acquire), None);
         };
         if h.revoked_at.is_some() || now >= h.deadline {
@@ -444,6 +464,7 @@ impl Process {
                 gpu.watch(self.ctx, Some(0));
                 return (None, wake(None));
             }
+            self.end_pause(now);
             return (Some(self.release(gpu, true)), None);
         }
         let bound = self.queue_bound(now);
@@ -465,17 +486,7 @@ impl Process {
             self.work.kernel_ns
         };
         gpu.enqueue(self.ctx, u64::from(n) * kernel_ns);
-        if let Some(t) = self.paused_since.take() {
-            let pause = now - t;
-            if pause >= PAUSE_NS {
-                let long = pause >= contended_idle_of(self.last_lease_ns);
-                self.long_pauses = if long {
-                    self.long_pauses.saturating_add(1)
-                } else {
-                    0
-                };
-            }
-        }
+        self.end_pause(now);
         self.launches += u64::from(n);
         self.last_launch = now;
         self.launched(now, n);
