@@ -52,6 +52,7 @@ pub fn sampled(lane: Lane, idle_ns: Option<u64>, now: u64) {
     let t = idle_ns.unwrap_or(0).min(since_grant);
     let peak = PEAK[lane].load(Relaxed);
     if peak > 0 && t < peak {
+        crate::stats::PAUSES_SEEN_END.add(1);
         ended(lane, 0, now); // it launched since
     }
     if t >= PAUSE_NS {
@@ -65,11 +66,11 @@ pub fn sampled(lane: Lane, idle_ns: Option<u64>, now: u64) {
 pub fn ended(lane: Lane, idle_ns: u64, now: u64) {
     let since_grant = now.saturating_sub(GRANTED_AT[lane].load(Relaxed));
     let pause = PEAK[lane].swap(0, Relaxed).max(idle_ns.min(since_grant));
-    let count = next_count(
-        LONG[lane].load(Relaxed),
-        pause,
-        LONG_AFTER[lane].load(Relaxed),
-    );
+    let long_after = LONG_AFTER[lane].load(Relaxed);
+    let count = next_count(LONG[lane].load(Relaxed), pause, long_after);
+    if pause >= PAUSE_NS {
+        crate::stats::pause(pause, pause >= long_after);
+    }
     if count >= PAUSES_LEARNT && LONG[lane].swap(count, Relaxed) < PAUSES_LEARNT {
         crate::stats::STAYS_AWAY.add(1);
     } else {

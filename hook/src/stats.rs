@@ -79,6 +79,29 @@ pub static REPORTED_BUSY_NS: Counter = Counter::new();
 pub static ACTIVE_NS: Counter = Counter::new();
 /// How often the process was taught that it stays away once it pauses.
 pub static STAYS_AWAY: Counter = Counter::new();
+/// Its pauses of `pauses::PAUSE_NS` or more by length: under 1 ms, 1-2 ms, 2-2.5 ms, 2.5-5 ms,
+/// 5 ms or more.
+pub static PAUSES: [Counter; 5] = [const { Counter::new() }; 5];
+/// Of those, how many counted long, and how many the lease thread saw end (within a lease
+/// held through them; the others ended at a launch that asked for a lease).
+pub static LONG_PAUSES: Counter = Counter::new();
+pub static PAUSES_SEEN_END: Counter = Counter::new();
+
+/// Counts a pause of `ns` (of `pauses::PAUSE_NS` or more) that counted `long`.
+pub fn pause(ns: u64, long: bool) {
+    let ms = 1_000_000;
+    let bucket = match ns {
+        n if n < ms => 0,
+        n if n < 2 * ms => 1,
+        n if n < 5 * ms / 2 => 2,
+        n if n < 5 * ms => 3,
+        _ => 4,
+    };
+    PAUSES[bucket].add(1);
+    if long {
+        LONG_PAUSES.add(1);
+    }
+}
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -99,7 +122,8 @@ pub fn line() -> String {
          {} lowered and {} raised the time per launch learnt, {} seen done too late to learn from, now {} us \
          (at most {} us); {:.1} ms of leases, {:.1} ms pending, {:.1} ms busy reported ({} \
          timings for it, {} waits for the GPU), {:.1} ms active reported; taught {} times to give contended leases back \
-         early in pauses",
+         early in pauses; pauses of 0.5 ms or more: {} under 1 ms, {} of 1-2 ms, {} of 2-2.5 ms, {} of 2.5-5 ms, {} \
+         longer ({} counted long, {} seen ending in a lease)",
         GRANTS.get(),
         EXTENSIONS.get(),
         EXTENDED_AHEAD.get(),
@@ -126,6 +150,13 @@ pub fn line() -> String {
         WAITS.get(),
         ms(&ACTIVE_NS),
         STAYS_AWAY.get(),
+        PAUSES[0].get(),
+        PAUSES[1].get(),
+        PAUSES[2].get(),
+        PAUSES[3].get(),
+        PAUSES[4].get(),
+        LONG_PAUSES.get(),
+        PAUSES_SEEN_END.get(),
     )
 }
 
@@ -156,5 +187,31 @@ mod tests {
         let l = line();
         assert!(l.contains("3 extensions (2 ahead of the end)"), "{l}");
         assert!(l.contains("now 12 us (at most 40 us)"), "{l}");
+    }
+
+    #[test]
+    fn pauses_are_counted_by_length() {
+        let _counters = TEST_GLOBALS.lock();
+        for c in PAUSES.iter().chain([&LONG_PAUSES, &PAUSES_SEEN_END]) {
+            c.set(0);
+        }
+        let us = 1_000;
+        for (ns, long) in [
+            (600 * us, false),
+            (2_200 * us, false),
+            (2_500 * us, true),
+            (4_999 * us, true),
+            (20_000 * us, true),
+        ] {
+            pause(ns, long);
+        }
+        let l = line();
+        assert!(
+            l.contains(
+                "pauses of 0.5 ms or more: 1 under 1 ms, 0 of 1-2 ms, 1 of 2-2.5 ms, \
+                 2 of 2.5-5 ms, 1 longer (3 counted long"
+            ),
+            "{l}"
+        );
     }
 }
