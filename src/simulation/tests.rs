@@ -493,7 +493,9 @@ fn explain() {
 #[ignore]
 fn seeds_of_kind() {
     let kinds = kinds_from_env();
-    for (seed, (out, ts)) in runs_of_seeds(30, &kinds).into_iter().enumerate() {
+    let first = first_seed();
+    for (i, (out, ts)) in runs_of_seeds(30, &kinds).into_iter().enumerate() {
+        let seed = first + i as u64;
         eprintln!(
             "seed {seed}: {:?}, time-sliced {:?}; throughput {:.3} of time-slicing's",
             worst(&out, Some(&ts)),
@@ -2261,17 +2263,17 @@ fn soak_seed_62_explained() {
 }
 
 /// GPU soak seed 62: every batch client but the loop of 2 ms sleeps keeps its due share in the
-/// simulation, and the USED of the client of 50 ms kernels is what it got. In the first of two GPU runs neither held: that
-/// client got 0.41 where its USED said 0.22-0.25, and the client of 5 ms kernels was 0.06-0.07
-/// short; in the second, USED was within 3 points and the client of 5 ms kernels 0.02-0.04
-/// short. Two of three later GPU runs had the first run's marks; in the one whose windows all
-/// came back (a trial build of the hook), the client of 50 ms kernels got 0.47-0.56 where its
-/// USED said 0.23-0.30 (about half: the least a lease beside others is charged), and its hook
-/// had learnt 290 us as the GPU time of a launch of its 56 ms kernels (likely from a start-up
-/// kernel), so it queued many. The simulation's processes know their kernels' time and cannot
-/// show that. The hook now holds a lease of its own to `queue_ahead` until its markers taught it
-/// the time per launch four times (and raises a time far too short beside others): in five GPU
-/// runs of the build before, two had the fault (288-291 us learnt); in six since, none.
+/// simulation, and the USED of the client of 50 ms kernels is what it got. In the first of two GPU
+/// runs neither held: that client got 0.41 where its USED said 0.22-0.25, and the client of 5 ms
+/// kernels was 0.06-0.07 short; in the second, USED was within 3 points and the client of 5 ms
+/// kernels 0.02-0.04 short. Two of three later GPU runs had the first run's marks; in the one whose
+/// windows all came back (a trial build of the hook), the client of 50 ms kernels got 0.47-0.56
+/// where its USED said 0.23-0.30 (about half: the least a lease beside others is charged), and its
+/// hook had learnt 290 us as the GPU time of a launch of its 56 ms kernels (likely from a start-up
+/// kernel), so it queued many. The simulation's processes know their kernels' time and cannot show
+/// that. The hook now holds a lease of its own to `queue_ahead` until its markers taught it the
+/// time per launch four times (and raises a time far too short beside others): in five GPU runs of
+/// the build before, two had the fault (288-291 us learnt); in six since, none.
 ///
 /// The loop of 2 ms sleeps (client 1, request 0.03) is not judged here: it gets about half its
 /// due, here as on the GPU. On the GPU: 0.041-0.052 of 0.079-0.094 in the first 15 s of the
