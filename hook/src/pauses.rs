@@ -67,10 +67,10 @@ pub fn ended(lane: Lane, idle_ns: u64, now: u64) {
     let since_grant = now.saturating_sub(GRANTED_AT[lane].load(Relaxed));
     let pause = PEAK[lane].swap(0, Relaxed).max(idle_ns.min(since_grant));
     let long_after = LONG_AFTER[lane].load(Relaxed);
-    let count = next_count(LONG[lane].load(Relaxed), pause, long_after);
-    if pause >= PAUSE_NS {
-        crate::stats::pause(pause, pause >= long_after);
+    if let Some(long) = long_pause(pause, long_after) {
+        crate::stats::pause(pause, long);
     }
+    let count = next_count(LONG[lane].load(Relaxed), pause, long_after);
     if count >= PAUSES_LEARNT && LONG[lane].swap(count, Relaxed) < PAUSES_LEARNT {
         crate::stats::STAYS_AWAY.add(1);
     } else {
@@ -86,13 +86,17 @@ pub fn stays_away(lane: Lane) -> bool {
 /// The count of long pauses in a row after one of `pause_ns` ends (pure): pauses shorter than
 /// [`PAUSE_NS`] do not count either way.
 fn next_count(count: u32, pause_ns: u64, long_after_ns: u64) -> u32 {
-    if pause_ns < PAUSE_NS {
-        count
-    } else if pause_ns >= long_after_ns {
-        count.saturating_add(1)
-    } else {
-        0
+    match long_pause(pause_ns, long_after_ns) {
+        None => count,
+        Some(true) => count.saturating_add(1),
+        Some(false) => 0,
     }
+}
+
+/// Whether a pause of `pause_ns` counts long (pure); `None` for one shorter than [`PAUSE_NS`],
+/// which counts neither way.
+fn long_pause(pause_ns: u64, long_after_ns: u64) -> Option<bool> {
+    (pause_ns >= PAUSE_NS).then_some(pause_ns >= long_after_ns)
 }
 
 #[cfg(test)]
