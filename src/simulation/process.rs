@@ -567,3 +567,84 @@ fn contended_idle(h: &Held) -> Nanos {
 fn contended_idle_of(lease_ns: Nanos) -> Nanos {
     (lease_ns / CONTENDED_IDLE_DIVISOR).max(QUIET_NS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    /// A loop of one 1 ms kernel waited for, then `host_ns` on the host.
+    fn host_loop(host_ns: Nanos) -> Workload {
+        Workload {
+            kernel_ns: MS,
+            kernels: 1,
+            launch_ns: 10_000,
+            graph: false,
+            sync: true,
+            host_ns,
+            period_ns: None,
+            start: 0,
+            end: Nanos::MAX / 4,
+            warmup_ns: 0,
+        }
+    }
+
+    /// Runs `p` from `now` until it asks for something (answering nothing), at most to `until`:
+    /// what it asked and when.
+    fn until_it_asks(
+        p: &mut Process,
+        gpu: &mut Gpu,
+        mut now: Nanos,
+        until: Nanos,
+    ) -> (Option<Ask>, Nanos) {
+        while now <= until {
+            let (ask, wake) = p.act(now, gpu);
+            if ask.is_some() {
+                return (ask, now);
+            }
+            let next = [wake, gpu.next_event()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(until + 1);
+            now = next.max(now + 1);
+            gpu.advance(now);
+        }
+        (None, now)
+    }
+
+    /// A loop that learnt to give a lease others wait for back early in its pauses does so, and
+    /// asks again when its host work is done. Its pause ends there: the wait for the token that
+    /// follows is no pause of its own (as in the hook), so a host pause shorter than the lease's
+    /// idle bound counts short however long the token takes, and one longer counts long.
+    #[test]
+    fn a_wait_for_the_token_is_no_part_of_a_pause() {
+        for (host_ns, long) in [(2 * MS, false), (5 * MS, true)] {
+            let rules = HookRules {
+                queue_ahead_ns: 2 * MS,
+                interactive: false,
+            };
+            let mut p = Process::new(0, host_loop(host_ns), rules);
+            let mut gpu = Gpu::new(1);
+            p.long_pauses = PAUSES_LEARNT;
+            let (ask, t) = until_it_asks(&mut p, &mut gpu, 0, 10 * MS);
+            assert_eq!(ask, Some(Ask::Acquire));
+            // a 20 ms lease others wait for: it may leave the GPU 2.5 ms of it
+            p.granted(t, 20 * MS, false, false, true);
+            let (ask, t) = until_it_asks(&mut p, &mut gpu, t, 50 * MS);
+            assert!(
+                matches!(ask, Some(Ask::Release { again: false, .. })),
+                "given back early in its pause: {ask:?}"
+            );
+            let (ask, asked_at) = until_it_asks(&mut p, &mut gpu, t, 50 * MS);
+            assert_eq!(ask, Some(Ask::Acquire), "its host work done, it asks again");
+            assert!(asked_at - t >= host_ns - MS, "{asked_at} after {t}");
+            // the token comes 20 ms later; its next launch ends no pause
+            p.granted(asked_at + 20 * MS, 20 * MS, false, false, true);
+            until_it_asks(&mut p, &mut gpu, asked_at + 20 * MS, asked_at + 21 * MS);
+            let expected = if long { PAUSES_LEARNT + 1 } else { 0 };
+            assert_eq!(p.long_pauses, expected, "a host pause of {host_ns} ns");
+        }
+    }
+}
