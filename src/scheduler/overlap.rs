@@ -83,7 +83,19 @@ impl Scheduler {
         let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c));
         batch.clone().count() > 1
             && batch.into_iter().any(|&(s, c)| {
-                self.paces.slowed(s, now) || (self.owed(c, now) && self.paces.held_back(s, now))
+                let slowed = self.paces.slowed(s, now);
+                let held_back = !slowed && self.owed(c, now) && self.paces.held_back(s, now);
+                if slowed || held_back {
+                    tracing::trace!(
+                        session = s,
+                        slowed,
+                        held_back,
+                        charged = self.paces.slowdown(s, now),
+                        wall = self.paces.wall_slowdown(s, now),
+                        "crawls beside others"
+                    );
+                }
+                slowed || held_back
             })
     }
 
@@ -93,6 +105,11 @@ impl Scheduler {
     /// ([`INTERACTIVE_RECENT`]), only while all their demands fit.
     pub(super) fn fair_beside(&self, id: ClientId, next: SessionId, now: Nanos) -> bool {
         if self.measuring_alone() {
+            tracing::trace!(
+                client = id,
+                session = next,
+                "not beside: one measures alone"
+            );
             return false;
         }
         let running = self.holders.iter().map(|h| (h.session, h.client));
@@ -112,6 +129,7 @@ impl Scheduler {
         let procs: Vec<(SessionId, ClientId)> = procs.collect();
         if self.one_crawls_among(&procs, now) {
             // a process that crawls beside others runs alone ([`super::pace`])
+            tracing::trace!(procs = procs.len(), "not together: one crawls");
             return false;
         }
         let batch = procs.iter().filter(|&&(_, c)| !self.interactive(c)).count();
@@ -127,6 +145,7 @@ impl Scheduler {
             return (owed && batch <= 1) || demands <= fairness::CAPACITY;
         }
         if self.taking_turns(now) {
+            tracing::trace!(procs = procs.len(), "turns");
             return procs.len() <= 1;
         }
         let procs: Vec<(f64, f64)> = procs

@@ -302,7 +302,14 @@ impl Trials {
             Mode::Together => (w.rates(), before.rates()),
             Mode::Turns => (before.rates(), w.rates()),
         };
-        if let Some(gain) = together_gain(&together, &turns) {
+        let gain = together_gain(&together, &turns);
+        tracing::debug!(
+            trial = ?w.mode,
+            gain,
+            measured = together.len().min(turns.len()),
+            "trial of together or turns ended"
+        );
+        if let Some(gain) = gain {
             let best = if gain >= KEEP_TOGETHER {
                 Mode::Together
             } else {
