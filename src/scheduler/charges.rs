@@ -102,7 +102,7 @@ impl Scheduler {
                 h.session,
                 now,
                 owed,
-                (wall, h.active, h.length),
+                (wall, active, h.length),
                 h.launches,
                 h.company(),
             );

@@ -11,7 +11,8 @@
 //! 3 us matmuls (one every 27 us alone) launched one every 0.62 ms beside others (GPU soak seed
 //! 26), and got 0.01-0.11 of a due 0.15-0.36 where its leases ran beside others' (1502 of 1534).
 //! Such a process progresses only where it has the GPU to itself: while its launches per second
-//! charged beside others, over the last [`PACE_MEMORY`], run at less than [`SLOWED`] of the same
+//! charged beside others (in leases it spent in GPU phases, [`Paces::learn`]), over the last
+//! [`PACE_MEMORY`], run at less than [`SLOWED`] of the same
 //! in its last [`RECENT_LEASES`](super::launch_cost::RECENT_LEASES) leases by
 //! itself (whatever their age: a process held beside others for long has
 //! few leases by itself, and those few, cut short by a revocation or started behind another's
@@ -85,9 +86,10 @@ pub struct Paces {
 impl Paces {
     /// A stretch of a batch lease of `session` ended at `now` (its end, or an extension):
     /// `launches` in `wall` time of a lease of `length`, its process in GPU phases for `active`
-    /// of it (0: not reported), where it was `charged` that much time, in `company`. Its wall
-    /// time counts for [`Paces::wall_slowdown`] only where the process was in GPU phases nearly
-    /// all of it, for a quarter of its length or more: a process that waits between requests
+    /// of it (0: not reported), where it was `charged` that much time, in `company`. The lease
+    /// counts for [`Paces::slowdown`] and [`Paces::wall_slowdown`] only where the process was
+    /// in GPU phases nearly all of it, for a quarter of its length or more: a program's
+    /// start-up leases, its host busy, launch little, and a process that waits between requests
     /// (inference every 5 ms) launches as its period allows, and a lease of it alone that
     /// caught up with requests that had waited launched faster than its period; read against
     /// that, inference processes beside others looked held back to 0.3 of their pace alone,
@@ -130,9 +132,13 @@ impl Paces {
     }
 
     /// Its launches per second charged beside others, over the last [`PACE_MEMORY`], over the
-    /// same in its last leases by itself; `None` where either is unknown.
+    /// same in its last leases by itself; `None` where either is unknown. Only leases it spent
+    /// in GPU phases count, as for [`Paces::held_back`]: a lease of a program's start-up
+    /// (its CUDA context, its allocations, its first kernels beside seven others doing the
+    /// same) launches little because its host is busy, and read as a crawl it kept the process
+    /// alone for [`PACE_MEMORY`] against the pace of its later leases by itself.
     pub fn slowdown(&self, session: SessionId, now: Nanos) -> Option<f64> {
-        self.ratio(session, now, |s| s.charged)
+        self.ratio(session, now, |s| if s.wall > 0 { s.charged } else { 0 })
     }
 
     /// The same per second of its leases' own length: the part of its pace alone that it kept
@@ -220,6 +226,34 @@ mod tests {
             !p.slowed(1, 40 * MS + PACE_MEMORY + 1),
             "its pace beside others forgotten, it may try again"
         );
+    }
+
+    /// A lease beside others spent mostly on the host (a program's start-up) says nothing of
+    /// its pace there: the process is not taken for one that crawls beside others.
+    #[test]
+    fn a_lease_spent_on_the_host_beside_others_is_no_crawl() {
+        let mut p = Paces::default();
+        whole(&mut p, 1, 20 * MS, 20 * MS, 720, Company::Nobody);
+        // 20 ms beside seven others, charged an eighth, 5 ms of it in GPU phases: 3 launches
+        p.learn(
+            1,
+            40 * MS,
+            20 * MS / 8,
+            (20 * MS, 5 * MS, 20 * MS),
+            3,
+            Company::Batch,
+        );
+        assert!(!p.slowed(1, 40 * MS), "a start-up lease read as a crawl");
+        // the same lease in GPU phases all along is one
+        p.learn(
+            1,
+            60 * MS,
+            20 * MS / 8,
+            (20 * MS, 20 * MS, 20 * MS),
+            3,
+            Company::Batch,
+        );
+        assert!(p.slowed(1, 60 * MS));
     }
 
     #[test]

@@ -1000,6 +1000,8 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     assert_eq!(granted.len(), 2, "{granted:?}");
     s.launched(10, 40, t + 20 * MS);
     s.launched(20, 50, t + 20 * MS);
+    s.was_active(10, 20 * MS);
+    s.was_active(20, 20 * MS);
     s.release(10, 20 * MS, t + 20 * MS);
     s.release(20, 20 * MS, t + 20 * MS);
     let t = t + 20 * MS;
@@ -1023,8 +1025,10 @@ fn a_process_that_crawls_beside_others_runs_alone() {
     assert_eq!(std::iter::from_fn(|| s.poll(t)).count(), 2);
     let t = t + 15 * MS;
     s.launched(20, 40, t);
+    s.was_active(20, 15 * MS);
     assert!(s.extend(20, t).is_some(), "neither crawls yet");
     s.launched(10, 30, t);
+    s.was_active(10, 15 * MS);
     assert!(
         s.extend(10, t).is_some(),
         "its pace is learnt at this extension"
@@ -1044,9 +1048,53 @@ fn a_process_that_crawls_beside_others_runs_alone() {
         assert_eq!(granted.len(), 2, "lease {k}: {granted:?}");
         s.launched(10, 400, t + 20 * MS);
         s.launched(20, 50, t + 20 * MS);
+        s.was_active(10, 20 * MS);
+        s.was_active(20, 20 * MS);
         s.release(10, 20 * MS, t + 20 * MS);
         s.release(20, 20 * MS, t + 20 * MS);
     }
+}
+
+/// Eight training jobs of eight users (each its user's default client, request 0) start up
+/// beside each other: leases in which each launched a few kernels while its host built its
+/// CUDA context and model. Each also ran a lease by itself at its pace. Those start-up leases
+/// say nothing of its pace beside others; read as a crawl against its lease alone, they kept
+/// every job alone for [`pace::PACE_MEMORY`], and eight launch-bound MLP jobs took the GPU one
+/// lease at a time (on an H100, 0.22 of time-slicing's throughput).
+#[test]
+fn start_up_leases_beside_others_keep_no_process_alone() {
+    let mut s = gated(20 * MS);
+    let sessions: Vec<(ClientId, SessionId)> = (1..=8).map(|c| (c, c * 10)).collect();
+    for &(c, _) in &sessions {
+        s.set_client(c, shares(0.0, 1.0), 0);
+    }
+    // each alone once: 700 launches in 20 ms, launching all along
+    for (k, &(c, session)) in sessions.iter().enumerate() {
+        let t = k as Nanos * 20 * MS;
+        s.acquire(c, session, t);
+        assert!(s.poll(t).is_some());
+        s.launched(session, 700, t + 20 * MS);
+        s.was_active(session, 20 * MS);
+        s.release(session, 4 * MS, t + 20 * MS);
+    }
+    // start-up beside the seven others: 3 launches, 2 ms of the 20 in GPU phases
+    let t = 200 * MS;
+    for &(c, session) in &sessions {
+        s.acquire(c, session, t);
+    }
+    assert_eq!(std::iter::from_fn(|| s.poll(t)).count(), 8);
+    for &(_, session) in &sessions {
+        s.launched(session, 3, t + 20 * MS);
+        s.was_active(session, 2 * MS);
+        s.release(session, MS, t + 20 * MS);
+    }
+    // their steps begin together a second later
+    let t = t + 20 * MS + 1_000 * MS;
+    for &(c, session) in &sessions {
+        s.acquire(c, session, t);
+    }
+    let granted = std::iter::from_fn(|| s.poll(t)).count();
+    assert_eq!(granted, 8, "the jobs' steps start together");
 }
 
 /// Process 10 of client 1 and process 20 of client 2 ask for the GPU at `t`: the grants then.
@@ -1065,6 +1113,8 @@ fn two_equal_clients_each_alone_first() -> Scheduler {
         s.acquire(client, session, t);
         assert!(s.poll(t).is_some());
         s.launched(session, launches, t + 20 * MS);
+        // launching all along: in its GPU phases, as the hook reports it
+        s.was_active(session, 20 * MS);
         s.release(session, 2 * MS, t + 20 * MS);
     }
     s
