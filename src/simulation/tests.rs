@@ -2297,6 +2297,233 @@ fn soak_seed_62s_clients_of_kernels_and_bursts_get_their_due_in_the_simulation()
     assert_kept(&sc, &run(&sc), |c| c != 1 && batch(c));
 }
 
+/// GPU soak seed 38 (H100, 60 s): an interactive client of inference (0.10, limit 0.21); 200 us
+/// kernels waited for every 4 (0.06, from 24.5 s; 0.19 from 39.9 s); a training loop of 10 ms
+/// sleeps (0.05, from 12.3 s); bursts of 200 us kernels and, until 38.7 s, of 1.6 ms kernels in
+/// one client (0.07; 0.40 from 37.1 s); batch inference and, from 9.5 s, bursts of 200 us kernels
+/// in one client (0.09); 50 ms kernels waited for each (from 9.4 s) and 5 ms kernels never waited
+/// for in one client (0.09); a launch-bound MLP loop (from 12.3 s) and a training loop of 5 ms
+/// sleeps (until 43.2 s) in one client (0.03). On the GPU the client of inference and bursts got
+/// 0.08-0.15 of a due 0.13-0.22 in five settled windows, and the loop of 10 ms sleeps 0.086 of
+/// 0.159 in one; the mix did 1.00 of what time-slicing did.
+fn soak_seed_38() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 60 * S);
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.10, 0.21, true), vec![infer(0, end)]),
+            client(
+                limited(0.06, 1.0, false),
+                vec![kernels(200 * us, 4, 24_500 * ms, end)],
+            ),
+            client(
+                limited(0.05, 1.0, false),
+                vec![train(10 * ms, 12_300 * ms, end)],
+            ),
+            client(
+                limited(0.07, 1.0, false),
+                vec![bursty(200 * us, 0, end), bursty(1_600 * us, 0, 38_700 * ms)],
+            ),
+            client(
+                limited(0.09, 1.0, false),
+                vec![infer(0, end), bursty(200 * us, 9_500 * ms, end)],
+            ),
+            client(
+                limited(0.09, 1.0, false),
+                vec![
+                    kernels(50 * ms, 1, 9_400 * ms, end),
+                    kernels(5 * ms, 0, 0, end),
+                ],
+            ),
+            client(
+                limited(0.03, 1.0, false),
+                vec![mlp(12_300 * ms, end), train(5 * ms, 0, 43_200 * ms)],
+            ),
+        ],
+        changes: vec![
+            ShareChange {
+                at: 37_100 * ms,
+                client: 3,
+                shares: limited(0.40, 1.0, false),
+            },
+            ShareChange {
+                at: 39_900 * ms,
+                client: 1,
+                shares: limited(0.19, 1.0, false),
+            },
+        ],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_38_explained() {
+    print_beside_time_slicing(&soak_seed_38());
+}
+
+/// GPU soak seed 38: the batch clients get their due in the simulation, all but the two of
+/// bursts (below).
+#[test]
+fn soak_seed_38s_batch_clients_but_bursts_get_their_due_in_the_simulation() {
+    let sc = soak_seed_38();
+    let batch = batch(&sc);
+    assert_kept(&sc, &run(&sc), |c| c != 3 && c != 4 && batch(c));
+}
+
+/// GPU soak seed 38: the clients of bursts get their due: the one of bursts of 200 us and
+/// 1.6 ms kernels (request 0.07) and the one of batch inference and bursts of 200 us kernels
+/// (0.09). Not yet: as on the GPU (the second 0.08-0.15 of 0.13-0.22), the simulation gives the
+/// second 0.10-0.18 of a due 0.15-0.25 (time-slicing 0.11-0.13) and the first 0.163 of 0.197
+/// in one window.
+#[test]
+#[ignore = "not yet: bursts of clients of small requests beside 50 ms kernels"]
+fn soak_seed_38s_bursts_get_their_due() {
+    let sc = soak_seed_38();
+    assert_kept(&sc, &run(&sc), |c| c == 3 || c == 4);
+}
+
+/// GPU soak seed 40 (H100, 60 s): two interactive clients of inference (0.10, limit 0.24; 0.10
+/// with a second process from 18.3 s); bursts of 1.6 ms kernels (0.23, 0.25 from 49.5 s);
+/// 1.6 ms kernels waited for every 4 (until 44.1 s) and a CUDA graph of a training step (366 us)
+/// waited for each in one client (0.22); 1 ms kernels waited for each (until 53.5 s) and a
+/// launch-bound MLP loop in one client (0.17). On the GPU the two batch clients of steady loops
+/// got 0.24-0.42 of a due 0.32-0.46 in four settled windows, beside the inference; the mix did
+/// 1.10 of what time-slicing did.
+fn soak_seed_40() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 60 * S);
+    let graph = Workload {
+        kernel_ns: 366 * us,
+        kernels: 1,
+        graph: true,
+        sync: true,
+        ..plain_loop(0, end)
+    };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.10, 0.24, true), vec![infer(0, end)]),
+            client(
+                limited(0.10, 1.0, true),
+                vec![infer(0, end), infer(18_300 * ms, end)],
+            ),
+            client(limited(0.23, 1.0, false), vec![bursty(1_600 * us, 0, end)]),
+            client(
+                limited(0.22, 1.0, false),
+                vec![kernels(1_600 * us, 4, 0, 44_100 * ms), graph],
+            ),
+            client(
+                limited(0.17, 1.0, false),
+                vec![kernels(ms, 1, 0, 53_500 * ms), mlp(0, end)],
+            ),
+        ],
+        changes: vec![ShareChange {
+            at: 49_500 * ms,
+            client: 2,
+            shares: limited(0.25, 1.0, false),
+        }],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_40_explained() {
+    print_beside_time_slicing(&soak_seed_40());
+}
+
+/// GPU soak seed 40: every batch client keeps its due share in the simulation. On the GPU the
+/// two clients of steady loops beside the inference fell 4-8 points short in four windows: the
+/// simulation's inference requests cost a batch lease less than the GPU's do (as in seed 31).
+#[test]
+fn soak_seed_40s_batch_clients_get_their_due_in_the_simulation() {
+    let sc = soak_seed_40();
+    let batch = batch(&sc);
+    assert_kept(&sc, &run(&sc), batch);
+}
+
+/// GPU soak seed 48 (H100, 75 s): an interactive client of inference (0.05, from 27.7 s);
+/// launch-bound MLP loops of three clients: one (0.20, limit 0.44, from 14.7 s; 0.39 from
+/// 62.8 s), one (0.04, limit 0.60), one beside 5 ms kernels waited for each (0.06, the MLP until
+/// 67.1 s); 20 us kernels waited for every 4 (0.18, limit 0.44; 0.26 from 42.5 s); a CUDA graph
+/// of a wide training step (2.6 ms) waited for every 10 (from 18.6 s) and bursts of 200 us
+/// kernels (from 12.3 s) in one client (0.06, limit 0.84). On the GPU the first MLP client got
+/// 0.23-0.30 of a due 0.30-0.44 in four settled windows and the second 0.139 of 0.224 in one; the
+/// mix did 0.58 of what time-slicing did.
+fn soak_seed_48() -> Scenario {
+    use soak_loops::*;
+    let (ms, us, end) = (1_000_000, 1_000, 75 * S);
+    let graph = Workload {
+        kernel_ns: 2_600 * us,
+        kernels: 10,
+        graph: true,
+        sync: true,
+        ..plain_loop(18_600 * ms, end)
+    };
+    Scenario {
+        seed: 0,
+        clients: vec![
+            client(limited(0.05, 1.0, true), vec![infer(27_700 * ms, end)]),
+            client(limited(0.20, 0.44, false), vec![mlp(14_700 * ms, end)]),
+            client(limited(0.04, 0.60, false), vec![mlp(0, end)]),
+            client(
+                limited(0.06, 1.0, false),
+                vec![kernels(5 * ms, 1, 0, end), mlp(0, 67_100 * ms)],
+            ),
+            client(
+                limited(0.18, 0.44, false),
+                vec![kernels(20 * us, 4, 0, end)],
+            ),
+            client(
+                limited(0.06, 0.84, false),
+                vec![graph, bursty(200 * us, 12_300 * ms, end)],
+            ),
+        ],
+        changes: vec![
+            ShareChange {
+                at: 42_500 * ms,
+                client: 4,
+                shares: limited(0.26, 0.44, false),
+            },
+            ShareChange {
+                at: 62_800 * ms,
+                client: 1,
+                shares: limited(0.39, 0.44, false),
+            },
+        ],
+        duration: end,
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_seed_48_explained() {
+    print_beside_time_slicing(&soak_seed_48());
+}
+
+/// GPU soak seed 48: the batch clients get their due in the simulation, the launch-bound MLP
+/// clients among them (on the GPU the first got 0.23-0.30 of 0.30-0.44: there its launches
+/// beside the 5 ms kernels and the wide graph lose more than here), all but the loop of 20 us
+/// kernels (below).
+#[test]
+fn soak_seed_48s_batch_clients_but_small_kernels_get_their_due_in_the_simulation() {
+    let sc = soak_seed_48();
+    let batch = batch(&sc);
+    assert_kept(&sc, &run(&sc), |c| c != 4 && batch(c));
+}
+
+/// GPU soak seed 48: the loop of 20 us kernels waited for every 4 (request 0.18, limit 0.44)
+/// gets its due. Not yet in the simulation: 0.40-0.41 of a due 0.44 in the first windows, beside
+/// three launch-bound MLP loops (on the GPU it kept its due).
+#[test]
+#[ignore = "not yet: small kernels waited for every 4 beside launch-bound loops, 1 point past"]
+fn soak_seed_48s_small_kernels_get_their_due() {
+    let sc = soak_seed_48();
+    assert_kept(&sc, &run(&sc), |c| c == 4);
+}
+
 /// Prints the scheduler's log (its grants, revocations and lease ends) over one random mix,
 /// each line with the simulated time in microseconds, then its windows:
 /// `SIM_KIND=HostBound SIM_SEED=9 cargo test --release --lib simulation::tests::trace --
@@ -2341,7 +2568,10 @@ fn soak_seed(seed: u64) -> Scenario {
         41 => soak_seed_41(),
         42 => soak_seed_42(),
         44 => soak_seed_44(),
+        38 => soak_seed_38(),
+        40 => soak_seed_40(),
         47 => soak_seed_47(),
+        48 => soak_seed_48(),
         50 => soak_seed_50(),
         56 => soak_seed_56(),
         58 => soak_seed_58(),
