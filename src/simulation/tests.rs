@@ -1335,6 +1335,18 @@ mod soak_loops {
         }
     }
 
+    /// A training step captured as a CUDA graph of `step_ns` of GPU time, replayed and waited
+    /// for every `sync_every` replays.
+    pub fn graph(step_ns: Nanos, sync_every: u32, start: Nanos, end: Nanos) -> Workload {
+        Workload {
+            kernel_ns: step_ns,
+            kernels: sync_every,
+            graph: true,
+            sync: true,
+            ..plain_loop(start, end)
+        }
+    }
+
     /// The soak's MNIST-sized MLP as an H100 ran it alone: about 28 launches a step, 60 us of
     /// host time each (the framework's), 10 us of GPU time each, a wait every 10 steps.
     pub fn mlp(start: Nanos, end: Nanos) -> Workload {
@@ -2211,19 +2223,15 @@ fn soak_seed_58s_host_bound_loops_get_their_due() {
 fn soak_seed_62() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 60 * S);
-    let graph = Workload {
-        kernel_ns: 340 * us,
-        kernels: 10,
-        graph: true,
-        sync: true,
-        ..plain_loop(0, end)
-    };
     Scenario {
         seed: 0,
         clients: vec![
             client(
                 limited(0.07, 0.68, false),
-                vec![kernels(50 * ms, 0, 15_500 * ms, end), graph],
+                vec![
+                    kernels(50 * ms, 0, 15_500 * ms, end),
+                    graph(340 * us, 10, 0, end),
+                ],
             ),
             client(limited(0.03, 0.40, false), vec![train(2 * ms, 0, end)]),
             client(limited(0.19, 1.0, false), vec![kernels(5 * ms, 4, 0, end)]),
@@ -2394,13 +2402,6 @@ fn soak_seed_38s_bursts_get_their_due() {
 fn soak_seed_40() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 60 * S);
-    let graph = Workload {
-        kernel_ns: 366 * us,
-        kernels: 1,
-        graph: true,
-        sync: true,
-        ..plain_loop(0, end)
-    };
     Scenario {
         seed: 0,
         clients: vec![
@@ -2412,7 +2413,10 @@ fn soak_seed_40() -> Scenario {
             client(limited(0.23, 1.0, false), vec![bursty(1_600 * us, 0, end)]),
             client(
                 limited(0.22, 1.0, false),
-                vec![kernels(1_600 * us, 4, 0, 44_100 * ms), graph],
+                vec![
+                    kernels(1_600 * us, 4, 0, 44_100 * ms),
+                    graph(366 * us, 1, 0, end),
+                ],
             ),
             client(
                 limited(0.17, 1.0, false),
@@ -2455,13 +2459,6 @@ fn soak_seed_40s_batch_clients_get_their_due_in_the_simulation() {
 fn soak_seed_48() -> Scenario {
     use soak_loops::*;
     let (ms, us, end) = (1_000_000, 1_000, 75 * S);
-    let graph = Workload {
-        kernel_ns: 2_600 * us,
-        kernels: 10,
-        graph: true,
-        sync: true,
-        ..plain_loop(18_600 * ms, end)
-    };
     Scenario {
         seed: 0,
         clients: vec![
@@ -2478,7 +2475,10 @@ fn soak_seed_48() -> Scenario {
             ),
             client(
                 limited(0.06, 0.84, false),
-                vec![graph, bursty(200 * us, 12_300 * ms, end)],
+                vec![
+                    graph(2_600 * us, 10, 18_600 * ms, end),
+                    bursty(200 * us, 12_300 * ms, end),
+                ],
             ),
         ],
         changes: vec![
