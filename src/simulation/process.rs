@@ -570,6 +570,7 @@ fn contended_idle_of(lease_ns: Nanos) -> Nanos {
 
 #[cfg(test)]
 mod tests {
+    use super::super::scenario::plain_loop;
     use super::*;
 
     const MS: Nanos = 1_000_000;
@@ -577,16 +578,9 @@ mod tests {
     /// A loop of one 1 ms kernel waited for, then `host_ns` on the host.
     fn host_loop(host_ns: Nanos) -> Workload {
         Workload {
-            kernel_ns: MS,
-            kernels: 1,
             launch_ns: 10_000,
-            graph: false,
-            sync: true,
             host_ns,
-            period_ns: None,
-            start: 0,
-            end: Nanos::MAX / 4,
-            warmup_ns: 0,
+            ..plain_loop(0, Nanos::MAX / 4)
         }
     }
 
