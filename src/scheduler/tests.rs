@@ -3269,6 +3269,28 @@ fn a_lease_given_back_early_measures_demand_up_to_the_next_ask() {
     );
 }
 
+/// An extension continues its lease's demand sample: a loop of 17 ms of kernels and 4 ms of
+/// host work, extended at 15 ms, gives the token back at 17 ms and asks again at 21 ms. Its
+/// sample is its 17 ms in GPU phases over the 21 ms from its grant, as it keeps the GPU busy
+/// alone; from the extension alone it was 2 of 6 ms, and such loops were taken for light ones
+/// and ran beside loops they had to take turns with.
+#[test]
+fn an_extended_lease_measures_demand_from_its_grant() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.poll(0).unwrap();
+    s.was_active(10, 15 * MS);
+    s.extend(10, 15 * MS).expect("nobody waits: extended");
+    s.release(10, 2 * MS, 17 * MS);
+    s.acquire(1, 10, 21 * MS);
+    let demand = s.demand(10).unwrap();
+    assert!(
+        (demand - 17.0 / 21.0).abs() < 0.01,
+        "learnt {demand:.3}, busy 17 of 21 ms"
+    );
+}
+
 /// A client far ahead in virtual time granted in the gap between a renewing client's lease end
 /// and its next ask must not move the virtual clock past the renewing one. Soak seed 9: a
 /// client of request 0 (virtual time 145 s) got a lease in the 50 us between the end of a 0.51
@@ -3427,6 +3449,79 @@ fn an_owed_batch_client_starts_beside_an_interactive_lease() {
         guarantee::WINDOW
     ));
     assert!(!owed_batch_starts_beside_an_interactive_lease(0));
+}
+
+/// A loop alone on the GPU, nobody else asking, whose leases it keeps 9 ms busy in 20 (host
+/// work between its kernels): charged what its work took (at least half the lease), its limit
+/// of 0.76 never holds it, since it uses 0.45 of the GPU; charged the leases' wall time, it
+/// held the token 0.76 of the time and got 0.34 of the GPU (the simulation's host-bound mix 23).
+#[test]
+fn a_loop_alone_is_held_by_its_limit_to_the_gpu_time_its_work_took() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.47, 0.76), 0);
+    let (mut t, mut held) = (0, 0);
+    while t < 2 * S {
+        s.acquire(1, 10, t);
+        if s.poll(t).is_some() {
+            s.was_active(10, 9 * MS);
+            t += 20 * MS;
+            s.release(10, 9 * MS, t);
+            held += 20 * MS;
+        } else {
+            t += MS;
+        }
+    }
+    let held = held as f64 / t as f64;
+    assert!(held > 0.95, "held the token {held:.3} of the time");
+}
+
+/// An interactive client of request 0.1 that asked every 5 ms for a second, each request
+/// `work` long, beside a batch client of request 0.5 back after that second (owed burst
+/// credit, holding a lease): whether the interactive client's next request goes at once,
+/// ending the batch lease.
+fn interactive_goes_at_once_beside_an_owed_batch_client(work: Nanos) -> bool {
+    let mut s = gated(20 * MS);
+    let live = Shares {
+        request: 0.1,
+        limit: 1.0,
+        interactive: true,
+    };
+    s.set_client(1, live, 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(2, 20, 0);
+    assert_eq!(s.poll(0).map(|g| g.session), Some(20));
+    s.release(20, 20 * MS, 20 * MS);
+    let mut t = 20 * MS;
+    while t < 1020 * MS {
+        s.acquire(1, 10, t);
+        assert_eq!(s.poll(t).map(|g| g.session), Some(10));
+        s.release(10, work, t + work);
+        t += 5 * MS;
+    }
+    s.acquire(2, 20, t);
+    assert_eq!(
+        s.poll(t).map(|g| g.session),
+        Some(20),
+        "the batch client back"
+    );
+    s.acquire(1, 10, t + MS);
+    let at_once = s.poll(t + MS).map(|g| g.session) == Some(10);
+    assert_eq!(s.take_revoked().contains(&20), at_once);
+    at_once
+}
+
+/// An interactive client goes at once while it uses no more than its request: beside a batch
+/// client that is owed, one that took 0.8 of the GPU for a second (request 0.1) waits in line.
+/// Host-bound batch loops, lifted to the virtual clock at each return from their host work,
+/// never ran ahead of such a client in virtual time: two inference loops of request 0.1 took
+/// 0.29 of the GPU beside two such loops of requests 0.36 and 0.4, which got 0.26 and 0.36 of a
+/// due 0.42 and 0.47 (the simulation's host-bound mix 19), as under time-slicing.
+#[test]
+fn an_interactive_client_past_its_request_waits_beside_an_owed_batch_client() {
+    assert!(interactive_goes_at_once_beside_an_owed_batch_client(MS / 4));
+    assert!(!interactive_goes_at_once_beside_an_owed_batch_client(
+        4 * MS
+    ));
 }
 
 /// A client limited to 0.6 (request 0.4, a saturating process) beside a client of request 0.4
