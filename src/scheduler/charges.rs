@@ -147,10 +147,12 @@ impl Scheduler {
             }
             let used = interactive_work
                 .unwrap_or_else(|| lease_used(&h, busy, active, &self.launch_costs));
+            let mut limit_charge = owed;
             if interactive_work.is_none() && self.demand_gated {
                 owed = h.batch_charge(owed, used, active, wall);
+                limit_charge = h.limit_charge(owed, used, active);
             }
-            c.charge(owed, window, now);
+            c.charge(owed, limit_charge, window, now);
             c.lag_at_rest = (vclock - c.vtime).max(0.0);
             c.used(used, now);
             tracing::debug!(
@@ -289,10 +291,6 @@ impl Lease {
     /// process that under-reports lowers its charge, at most to half its part
     /// ([`LEAST_PART_CHARGED`]). A lease that reported nothing yet (revoked at its first launch) is
     /// charged its part: charged nothing, the client it was revoked for waited behind it for good.
-    /// So is a lease that ran alone while no other process asked for the GPU: its host work
-    /// inside it kept nobody waiting. Charged its wall time, a training loop that waits on its
-    /// host 2.4 ms after every 2 ms of kernels, alone on the GPU, was held by its limit of 0.76
-    /// at 0.345 of the GPU where it keeps 0.45 busy (the simulation's host-bound mix 23).
     pub(super) fn batch_charge(
         &self,
         owed: Nanos,
@@ -300,16 +298,30 @@ impl Lease {
         active: Nanos,
         wall: Nanos,
     ) -> Nanos {
-        if active == 0 {
-            owed
-        } else if self.beside_batch {
+        if self.beside_batch && active > 0 {
             used.min(wall).max(owed / LEAST_PART_CHARGED)
-        } else if !self.crowded && !self.contended {
-            // never more than its wall time since it was last charged (`owed`): a lease refused
-            // an extension counts to USED from its start
-            used.min(owed).max(owed / LEAST_PART_CHARGED)
         } else {
             owed
+        }
+    }
+
+    /// What a batch lease charged `charge` ([`Lease::batch_charge`]) takes from its client's
+    /// limit's credit without MPS: the same, but for a lease that ran alone while no other
+    /// process asked for the GPU, the GPU time its work took (`used`, as USED counts it), at
+    /// least half its charge and at most all of it: its host work inside the lease kept nobody
+    /// waiting, and a limit caps a share of GPU time. Charged its wall time there, a training
+    /// loop alone on the GPU that waits 2.4 ms on its host after every 2 ms of kernels was held
+    /// by its limit of 0.76 at 0.345 of the GPU where it keeps 0.45 busy (the simulation's
+    /// host-bound mix 23). Its virtual time and burst credit keep the charge: a client charged
+    /// less for the leases it held while the others were away would come back from their turns
+    /// ahead of them in line.
+    pub(super) fn limit_charge(&self, charge: Nanos, used: Nanos, active: Nanos) -> Nanos {
+        if active > 0 && !self.crowded && !self.contended {
+            // never more than its wall time since it was last charged (`charge`): a lease
+            // refused an extension counts to USED from its start
+            used.min(charge).max(charge / LEAST_PART_CHARGED)
+        } else {
+            charge
         }
     }
 

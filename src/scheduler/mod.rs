@@ -248,10 +248,12 @@ impl Client {
         self.credit = self.credit_now(now, quantum, pending);
         self.credit_at = now.max(self.credit_at);
     }
-    fn charge(&mut self, ns: Nanos, window: Nanos, now: Nanos) {
+    /// Charges a lease (or a lease's part) `ns` at `now`, and its limit's credit `limit_ns`
+    /// ([`Lease::limit_charge`]).
+    fn charge(&mut self, ns: Nanos, limit_ns: Nanos, window: Nanos, now: Nanos) {
         self.guarantee.charge(self.guaranteed(), window, ns, now);
         self.vtime += ns as f64 / self.weight();
-        self.credit -= ns as f64;
+        self.credit -= limit_ns as f64;
         self.charged_total += ns;
     }
     /// Its work took `ns` of GPU time in a lease (or a lease's part) that ended at `now`.
@@ -808,14 +810,16 @@ impl Scheduler {
         let owed = h.owed.round() as Nanos;
         // its process reports no busy time at an extension, only its time in GPU phases
         let used = h.used_so_far(now, &self.launch_costs);
-        let charge = if c.shares.interactive || !self.demand_gated {
-            owed
+        let (charge, limit_charge) = if c.shares.interactive || !self.demand_gated {
+            (owed, owed)
         } else {
             let wall = now.saturating_sub(h.start);
-            h.batch_charge(owed, used, h.active.min(wall), wall)
+            let active = h.active.min(wall);
+            let charge = h.batch_charge(owed, used, active, wall);
+            (charge, h.limit_charge(charge, used, active))
         };
         c.refill(now, quantum_credit, others + h.owed);
-        if c.credit - others - charge as f64 <= 0.0 {
+        if c.credit - others - limit_charge as f64 <= 0.0 {
             // over its limit: the lease ends as usual and the client waits for credit. Its end
             // charges it and counts it to USED, from its start: counted here too, its GPU time
             // was counted twice; charged here too, a lease beside others was charged that part
@@ -823,7 +827,7 @@ impl Scheduler {
             h.end = h.start;
             return None;
         }
-        c.charge(charge, window, now);
+        c.charge(charge, limit_charge, window, now);
         let book = self.books.entry(session).or_default();
         book.charge(charge);
         c.used(used, now);

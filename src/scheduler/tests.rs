@@ -3452,9 +3452,10 @@ fn an_owed_batch_client_starts_beside_an_interactive_lease() {
 }
 
 /// A loop alone on the GPU, nobody else asking, whose leases it keeps 9 ms busy in 20 (host
-/// work between its kernels): charged what its work took (at least half the lease), its limit
-/// of 0.76 never holds it, since it uses 0.45 of the GPU; charged the leases' wall time, it
-/// held the token 0.76 of the time and got 0.34 of the GPU (the simulation's host-bound mix 23).
+/// work between its kernels): its limit's credit charged what its work took (at least half the
+/// lease), its limit of 0.76 never holds it, since it uses 0.45 of the GPU; charged the leases'
+/// wall time, it held the token 0.76 of the time and got 0.34 of the GPU (the simulation's
+/// host-bound mix 23). Its virtual time is charged the wall time still.
 #[test]
 fn a_loop_alone_is_held_by_its_limit_to_the_gpu_time_its_work_took() {
     let mut s = gated(20 * MS);
@@ -3471,6 +3472,11 @@ fn a_loop_alone_is_held_by_its_limit_to_the_gpu_time_its_work_took() {
             t += MS;
         }
     }
+    let charged = s.usage(1, t).unwrap().charged_total;
+    assert_eq!(
+        charged, held,
+        "its place in line is charged the leases' wall time"
+    );
     let held = held as f64 / t as f64;
     assert!(held > 0.95, "held the token {held:.3} of the time");
 }
