@@ -551,6 +551,43 @@ fn a_lease_refused_an_extension_counts_its_gpu_time_once() {
     );
 }
 
+/// A lease beside another batch lease, refused an extension at its client's limit, is charged
+/// once, at its end, from its start: both processes busy throughout, its part of the time.
+/// Charged at the refusal too, and at its end the GPU time its work took from its start, it
+/// paid the time before the refusal twice (here 60.5 ms for its half of 105 ms) (the simulation's kernel mix 56: a client of limit 1 got 0.78 of the GPU
+/// alone after a spell beside others; 0.975 charged once).
+#[test]
+fn a_lease_beside_others_refused_an_extension_is_charged_once() {
+    let mut s = gated(20 * MS);
+    s.set_client(1, shares(0.5, 0.3), 0);
+    s.set_client(2, shares(0.5, 1.0), 0);
+    s.acquire(1, 10, 0);
+    s.acquire(2, 20, 0);
+    let granted: Vec<SessionId> = std::iter::from_fn(|| s.poll(0).map(|g| g.session)).collect();
+    assert_eq!(granted, vec![10, 20], "both start, side by side");
+    let mut t = 0;
+    loop {
+        t += 15 * MS;
+        s.was_active(10, 15 * MS);
+        s.was_active(20, 15 * MS);
+        if s.extend(10, t).is_none() {
+            break;
+        }
+        assert!(s.extend(20, t).is_some(), "client 2 has credit");
+        assert!(t < S, "client 1 never reached its limit");
+    }
+    s.release(10, 15 * MS, t + MS);
+    // both busy throughout: the driver's equal turns gave it half the time, the last
+    // millisecond its own
+    let charged = s.usage(1, t + MS).unwrap().charged_total;
+    assert!(
+        charged <= t / 2 + MS,
+        "charged {:.1} ms for half of {} ms beside the other",
+        charged as f64 / MS as f64,
+        t / MS
+    );
+}
+
 #[test]
 fn gone_session_frees_the_token_and_its_place_in_line() {
     let mut s = Scheduler::new(20 * MS, 0);
