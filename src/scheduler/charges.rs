@@ -149,8 +149,7 @@ impl Scheduler {
                 .unwrap_or_else(|| lease_used(&h, busy, active, &self.launch_costs));
             let mut limit_charge = owed;
             if interactive_work.is_none() && self.demand_gated {
-                owed = h.batch_charge(owed, used, active, wall);
-                limit_charge = h.limit_charge(owed, used, active);
+                (owed, limit_charge) = h.batch_charges(owed, used, active, wall);
             }
             c.charge(owed, limit_charge, window, now);
             c.lag_at_rest = (vclock - c.vtime).max(0.0);
@@ -192,13 +191,13 @@ impl Scheduler {
             return;
         }
         // a lease revoked at its holder's next launch measured only the part of it that ran
-        let wall = now.saturating_sub(sample.start);
+        let sampled = now.saturating_sub(sample.start);
         let weight = if h.revoked {
-            demand::part(wall, sample.length)
+            demand::part(sampled, sample.length)
         } else {
             1.0
         };
-        self.learn(h.session, sample, wall, weight, now);
+        self.learn(h.session, sample, sampled, weight, now);
     }
 
     /// An interactive lease that ran beside the batch leases running now ended, its work
@@ -291,18 +290,25 @@ impl Lease {
     /// process that under-reports lowers its charge, at most to half its part
     /// ([`LEAST_PART_CHARGED`]). A lease that reported nothing yet (revoked at its first launch) is
     /// charged its part: charged nothing, the client it was revoked for waited behind it for good.
-    pub(super) fn batch_charge(
-        &self,
-        owed: Nanos,
-        used: Nanos,
-        active: Nanos,
-        wall: Nanos,
-    ) -> Nanos {
+    fn batch_charge(&self, owed: Nanos, used: Nanos, active: Nanos, wall: Nanos) -> Nanos {
         if self.beside_batch && active > 0 {
             used.min(wall).max(owed / LEAST_PART_CHARGED)
         } else {
             owed
         }
+    }
+
+    /// A batch lease's charge ([`Lease::batch_charge`]) and what it takes from its client's
+    /// limit's credit ([`Lease::limit_charge`]), without MPS.
+    pub(super) fn batch_charges(
+        &self,
+        owed: Nanos,
+        used: Nanos,
+        active: Nanos,
+        wall: Nanos,
+    ) -> (Nanos, Nanos) {
+        let charge = self.batch_charge(owed, used, active, wall);
+        (charge, self.limit_charge(charge, used, active))
     }
 
     /// What a batch lease charged `charge` ([`Lease::batch_charge`]) takes from its client's
@@ -315,7 +321,7 @@ impl Lease {
     /// host-bound mix 23). Its virtual time and burst credit keep the charge: a client charged
     /// less for the leases it held while the others were away would come back from their turns
     /// ahead of them in line.
-    pub(super) fn limit_charge(&self, charge: Nanos, used: Nanos, active: Nanos) -> Nanos {
+    fn limit_charge(&self, charge: Nanos, used: Nanos, active: Nanos) -> Nanos {
         if active > 0 && !self.crowded && !self.contended {
             // never more than its wall time since it was last charged (`charge`): a lease
             // refused an extension counts to USED from its start

@@ -814,9 +814,7 @@ impl Scheduler {
             (owed, owed)
         } else {
             let wall = now.saturating_sub(h.start);
-            let active = h.active.min(wall);
-            let charge = h.batch_charge(owed, used, active, wall);
-            (charge, h.limit_charge(charge, used, active))
+            h.batch_charges(owed, used, h.active.min(wall), wall)
         };
         c.refill(now, quantum_credit, others + h.owed);
         if c.credit - others - limit_charge as f64 <= 0.0 {
@@ -1196,12 +1194,13 @@ impl Scheduler {
         // client of request 0.1 then took 0.29 of the GPU beside two such loops of requests
         // 0.36 and 0.4, which got 0.26 and 0.36 of a due 0.42 and 0.47 (the simulation's
         // host-bound mix 19), as under time-slicing.
-        let batch_owed = self
-            .holders
-            .iter()
-            .map(|h| h.client)
-            .chain(line.iter().map(|&(_, id)| id))
-            .any(|id| self.owed(id, now));
+        let batch_owed = !interactive.is_empty()
+            && self
+                .holders
+                .iter()
+                .map(|h| h.client)
+                .chain(line.iter().map(|&(_, id)| id))
+                .any(|id| self.owed(id, now));
         for (vtime, id) in interactive {
             let weight = self.clients.get(&id).map_or(MIN_WEIGHT, |c| c.weight());
             let eligible = match limits_leave {
